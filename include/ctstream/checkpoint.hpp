@@ -1,0 +1,109 @@
+// ctstream — open a checkpoint, iterate its tensors' metadata, decode each into caller memory.
+//
+//   auto ckpt = ctstream::Checkpoint::open("model_dir");        // file or directory
+//   std::vector<std::byte> buf;
+//   for (const ctstream::TensorInfo& t : ckpt.tensors()) {      // metadata only, no data read
+//     buf.resize(t.decoded_bytes(ctstream::DType::BF16));
+//     ckpt.decode_into(t, buf, ctstream::DType::BF16);          // reads + decodes now
+//   }
+//
+// Opening reads only headers, the shard index and config.json (bounded by the options); tensor
+// bytes are touched only by decode_into / stored_view / read_part. Every method is safe to call
+// from several threads at once on the same Checkpoint.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ctstream/dtype.hpp"
+#include "ctstream/error.hpp"
+#include "ctstream/tensor.hpp"
+
+namespace ctstream {
+
+/// How file bytes are reached.
+enum class IoMode : uint8_t {
+  mmap,   ///< map each file read-only (default; zero-copy views available)
+  pread,  ///< positional reads into small scratch buffers (network filesystems; immune to
+          ///< SIGBUS when a file is truncated by someone else while open)
+};
+
+/// Iteration order of tensors().
+enum class Order : uint8_t {
+  file,  ///< by file, then by offset: sequential I/O (default)
+  name,  ///< lexicographic by logical name
+};
+
+struct OpenOptions {
+  IoMode io = IoMode::mmap;
+  Order order = Order::file;
+  /// Largest safetensors JSON header accepted (safetensors' own cap is 100,000,000).
+  uint64_t max_header_bytes = 100'000'000;
+  /// Largest index / config.json accepted.
+  uint64_t max_json_bytes = 64ull << 20;
+  /// Threads used to decode one large tensor (0 = OpenMP default, i.e. all cores).
+  unsigned threads = 0;
+};
+
+class Checkpoint {
+ public:
+  /// Opens a single `.safetensors` file, or a directory holding `model.safetensors.index.json`,
+  /// or a directory holding one or more `*.safetensors` files (with or without config.json).
+  /// Throws ctstream::Error on any malformed input.
+  static Checkpoint open(const std::filesystem::path& path, const OpenOptions& options = {});
+
+  Checkpoint(Checkpoint&&) noexcept;
+  Checkpoint& operator=(Checkpoint&&) noexcept;
+  ~Checkpoint();
+
+  /// Logical tensors in the order chosen by OpenOptions::order.
+  std::span<const TensorInfo> tensors() const noexcept;
+  /// Lookup by logical name; nullptr when absent.
+  const TensorInfo* find(std::string_view name) const noexcept;
+  /// Lookup by logical name; throws Error{not_found}.
+  const TensorInfo& at(std::string_view name) const;
+
+  /// Decodes `t` (or the slice of it) into `out` as `out_dtype`.
+  /// Float tensors convert among F32/F16/BF16 (round-to-nearest-even, NaN/Inf kept); any other
+  /// dtype is copied as is and needs out_dtype == t.dtype. `out` must hold at least
+  /// decoded_bytes (of the slice); the bytes after that are left untouched.
+  /// @return the number of bytes written.
+  uint64_t decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
+                       const std::optional<Slice>& slice = std::nullopt) const;
+
+  /// Zero-copy view of a dense tensor's stored bytes (mmap mode only; throws otherwise).
+  /// Valid while the Checkpoint lives.
+  std::span<const std::byte> stored_view(const TensorInfo& t) const;
+  /// Zero-copy view of one stored part (mmap mode only): keep-packed passthrough.
+  std::span<const std::byte> part_view(const TensorPart& p) const;
+  /// Copies one stored part's raw bytes into `out` (any io mode). @return bytes written.
+  uint64_t read_part(const TensorPart& p, std::span<std::byte> out) const;
+
+  /// The files that make up the checkpoint (shards), index = TensorPart::file.
+  std::span<const std::filesystem::path> files() const noexcept;
+  /// `__metadata__` of one file.
+  const std::map<std::string, std::string>& file_metadata(uint32_t file) const;
+  /// Raw text of config.json, empty if the checkpoint has none.
+  const std::string& config_json() const noexcept;
+  const OpenOptions& options() const noexcept;
+
+  /// Hint that these tensors will be decoded soon (readahead), and that this one is done
+  /// (its pages may be dropped from the process). Both are advisory.
+  void will_need(const TensorInfo& t) const;
+  void release(const TensorInfo& t) const;
+
+  struct Impl;  ///< opaque; defined in src/ only
+
+ private:
+  explicit Checkpoint(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ctstream

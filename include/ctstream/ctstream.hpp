@@ -1,0 +1,9 @@
+// ctstream — umbrella header: the whole public C++ API.
+#pragma once
+#include "ctstream/checkpoint.hpp"
+#include "ctstream/decompress.hpp"
+#include "ctstream/dtype.hpp"
+#include "ctstream/error.hpp"
+#include "ctstream/safetensors_writer.hpp"
+#include "ctstream/tensor.hpp"
+#include "ctstream/version.hpp"

@@ -1,0 +1,85 @@
+// ctstream — metadata of one logical tensor, as the iterator yields it.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ctstream/dtype.hpp"
+
+namespace ctstream {
+
+using Shape = std::vector<uint64_t>;
+
+/// How a logical tensor is stored (compressed-tensors `CompressionFormat` names).
+enum class Format : uint8_t {
+  dense,               ///< stored as is, one safetensors entry
+  sparse_bitmask,      ///< values + LSB-first bitmask + shape + row_offsets (0.12 line)
+  sparse_24_bitmask,   ///< 2:4 structured sparsity, values + bitmask + shape (0.12 line)
+  pack_quantized,      ///< int1..8 packed into int32 + scales (+ packed zero points)
+  naive_quantized,     ///< int8 / fp8 values unpacked + scales
+  int_quantized,       ///< same layout as naive_quantized (int weights with activations)
+  float_quantized,     ///< same layout as naive_quantized (fp8 weights with activations)
+  nvfp4_pack_quantized,///< fp4 E2M1 nibbles + fp8 group-16 scales + fp32 global scale
+  mxfp4_pack_quantized,///< fp4 E2M1 nibbles + E8M0 (uint8) group-32 scales
+  mxfp8_quantized,     ///< fp8 E4M3 values + E8M0 group-32 scales
+  marlin_24,           ///< Marlin 2:4 tiles: recognised and passed through packed only
+};
+/// compressed-tensors spelling ("pack-quantized", ...).
+std::string_view format_name(Format f) noexcept;
+
+enum class QuantType : uint8_t { int_, float_ };
+enum class QuantStrategy : uint8_t { tensor, channel, group, block, tensor_group, token, attn_head };
+std::string_view strategy_name(QuantStrategy s) noexcept;
+
+/// Weight quantization arguments of a scheme (compressed-tensors `QuantizationArgs`).
+struct QuantArgs {
+  unsigned num_bits = 8;
+  QuantType type = QuantType::int_;
+  QuantStrategy strategy = QuantStrategy::tensor;
+  bool symmetric = true;
+  uint64_t group_size = 0;          ///< group / tensor_group strategies
+  uint64_t block_rows = 0, block_cols = 0;  ///< block strategy
+  bool actorder = false;            ///< weight_g_idx present (0.12 line, group act-order)
+};
+
+/// One safetensors entry that is part of a logical tensor.
+struct TensorPart {
+  std::string role;      ///< local name: "weight", "weight_packed", "weight_scale", "bitmask", ...
+  std::string key;       ///< full key in the file
+  DType dtype = DType::U8;
+  Shape shape;
+  uint32_t file = 0;     ///< index into Checkpoint::files()
+  uint64_t offset = 0;   ///< absolute byte offset of the data in that file
+  uint64_t nbytes = 0;
+};
+
+/// Metadata of one logical tensor: cheap to copy around, holds no data.
+struct TensorInfo {
+  std::string name;      ///< logical name, e.g. "model.layers.0.mlp.down_proj.weight"
+  Shape shape;           ///< logical (decoded) shape
+  DType dtype = DType::F32;  ///< dtype of the decoded tensor as the reference library returns it
+  Format format = Format::dense;
+  bool quantized = false;    ///< `quant` is meaningful
+  QuantArgs quant;
+  std::vector<TensorPart> parts;  ///< stored entries, parts[0] is the main payload
+
+  /// Number of elements of the logical tensor (checked at open, never overflows).
+  uint64_t numel() const noexcept;
+  /// Bytes that decode_into writes for this tensor in `out` dtype (sub-byte dtypes round up).
+  uint64_t decoded_bytes(DType out) const noexcept;
+  /// Bytes stored on disk over all parts.
+  uint64_t stored_bytes() const noexcept;
+  /// The part with this role, or nullptr.
+  const TensorPart* part(std::string_view role) const noexcept;
+};
+
+/// A half-open range [start, stop) along one dimension, for tensor-parallel shards.
+struct Slice {
+  unsigned dim = 0;
+  uint64_t start = 0;
+  uint64_t stop = std::numeric_limits<uint64_t>::max();  ///< clamped to the dimension size
+};
+
+}  // namespace ctstream

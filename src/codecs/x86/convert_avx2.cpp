@@ -1,0 +1,93 @@
+// AVX2 + F16C conversion kernels (compiled with -mavx2 -mf16c -mfma -mbmi2). Same results as
+// codecs/half.hpp bit for bit, NaN payloads included; tests/unit/test_codecs_convert.cpp checks.
+#include <immintrin.h>
+
+#include "codecs/x86/kernels.hpp"
+
+namespace ctstream::codecs::avx2 {
+namespace {
+
+inline __m256i round_f32_to_bf16_lanes(__m256i x) {
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF)),
+                                         _mm256_set1_epi32(0x7F800000));
+  const __m256i q = _mm256_or_si256(x, _mm256_set1_epi32(0x00400000));
+  return _mm256_srli_epi32(_mm256_blendv_epi8(r, q, nan), 16);
+}
+// 16 rounded lanes (two registers of u32 < 65536) -> 16 u16 in order.
+inline __m256i pack16(__m256i a, __m256i b) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
+}
+
+}  // namespace
+
+void f32_to_bf16(const void* in, void* out, size_t n) noexcept {
+  const float* s = static_cast<const float*>(in);
+  uint16_t* d = static_cast<uint16_t*>(out);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256i a = round_f32_to_bf16_lanes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+    __m256i b = round_f32_to_bf16_lanes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 8)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), pack16(a, b));
+  }
+  scalar::f32_to_bf16(s + i, d + i, n - i);
+}
+
+void f32_to_f16(const void* in, void* out, size_t n) noexcept {
+  const float* s = static_cast<const float*>(in);
+  uint16_t* d = static_cast<uint16_t*>(out);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  scalar::f32_to_f16(s + i, d + i, n - i);
+}
+
+void bf16_to_f32(const void* in, void* out, size_t n) noexcept {
+  const uint16_t* s = static_cast<const uint16_t*>(in);
+  uint32_t* d = static_cast<uint32_t*>(out);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm256_slli_epi32(w, 16));
+  }
+  scalar::bf16_to_f32(s + i, d + i, n - i);
+}
+
+void f16_to_f32(const void* in, void* out, size_t n) noexcept {
+  const uint16_t* s = static_cast<const uint16_t*>(in);
+  float* d = static_cast<float*>(out);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+  scalar::f16_to_f32(s + i, d + i, n - i);
+}
+
+void bf16_to_f16(const void* in, void* out, size_t n) noexcept {
+  const uint16_t* s = static_cast<const uint16_t*>(in);
+  uint16_t* d = static_cast<uint16_t*>(out);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))), 16);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(_mm256_castsi256_ps(w), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  scalar::bf16_to_f16(s + i, d + i, n - i);
+}
+
+void f16_to_bf16(const void* in, void* out, size_t n) noexcept {
+  const uint16_t* s = static_cast<const uint16_t*>(in);
+  uint16_t* d = static_cast<uint16_t*>(out);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256i a = round_f32_to_bf16_lanes(
+        _mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)))));
+    __m256i b = round_f32_to_bf16_lanes(
+        _mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 8)))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), pack16(a, b));
+  }
+  scalar::f16_to_bf16(s + i, d + i, n - i);
+}
+
+}  // namespace ctstream::codecs::avx2

@@ -1,0 +1,57 @@
+#include "ctstream/tensor.hpp"
+
+namespace ctstream {
+
+std::string_view format_name(Format f) noexcept {
+  switch (f) {
+    case Format::dense: return "dense";
+    case Format::sparse_bitmask: return "sparse-bitmask";
+    case Format::sparse_24_bitmask: return "sparse-24-bitmask";
+    case Format::pack_quantized: return "pack-quantized";
+    case Format::naive_quantized: return "naive-quantized";
+    case Format::int_quantized: return "int-quantized";
+    case Format::float_quantized: return "float-quantized";
+    case Format::nvfp4_pack_quantized: return "nvfp4-pack-quantized";
+    case Format::mxfp4_pack_quantized: return "mxfp4-pack-quantized";
+    case Format::mxfp8_quantized: return "mxfp8-quantized";
+    case Format::marlin_24: return "marlin-24";
+  }
+  return "unknown";
+}
+
+std::string_view strategy_name(QuantStrategy s) noexcept {
+  switch (s) {
+    case QuantStrategy::tensor: return "tensor";
+    case QuantStrategy::channel: return "channel";
+    case QuantStrategy::group: return "group";
+    case QuantStrategy::block: return "block";
+    case QuantStrategy::tensor_group: return "tensor_group";
+    case QuantStrategy::token: return "token";
+    case QuantStrategy::attn_head: return "attn_head";
+  }
+  return "unknown";
+}
+
+uint64_t TensorInfo::numel() const noexcept {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;  // checked for overflow when the checkpoint was opened
+  return n;
+}
+
+uint64_t TensorInfo::decoded_bytes(DType out) const noexcept {
+  return (numel() * dtype_bits(out) + 7) / 8;
+}
+
+uint64_t TensorInfo::stored_bytes() const noexcept {
+  uint64_t n = 0;
+  for (const auto& p : parts) n += p.nbytes;
+  return n;
+}
+
+const TensorPart* TensorInfo::part(std::string_view role) const noexcept {
+  for (const auto& p : parts)
+    if (p.role == role) return &p;
+  return nullptr;
+}
+
+}  // namespace ctstream

@@ -1,0 +1,26 @@
+// format — which files make up a checkpoint: one file, a directory with a shard index
+// (`*.safetensors.index.json` weight_map), or a directory of `*.safetensors` files.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ctstream::format {
+
+struct Layout {
+  std::vector<std::filesystem::path> files;      ///< shard files, in shard-name order
+  std::filesystem::path index_path;              ///< empty when there is no index
+  std::map<std::string, uint32_t> weight_map;    ///< tensor key -> index into files (index only)
+  std::filesystem::path config_path;             ///< config.json beside the files, empty if none
+};
+
+/// Finds the files of the checkpoint at `path`. Shard names from an index must stay inside the
+/// directory (no absolute paths, no `..`) and must exist. Throws ctstream::Error.
+Layout discover_layout(const std::filesystem::path& path, uint64_t max_json_bytes);
+
+/// True when `name` is a relative path that cannot leave its directory.
+bool is_contained_name(const std::string& name);
+
+}  // namespace ctstream::format

@@ -1,0 +1,151 @@
+#include "io/file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "ctstream/error.hpp"
+
+namespace ctstream::io {
+namespace {
+
+[[noreturn]] void fail_errno(const std::string& path, const std::string& what) {
+  throw Error(ErrorKind::io, path, "", what + ": " + std::strerror(errno));
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { if (fd_ >= 0) ::close(fd_); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+ private:
+  int fd_;
+};
+
+uint64_t current_size(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail_errno(path, "fstat failed");
+  return static_cast<uint64_t>(st.st_size);
+}
+
+void pread_all(int fd, const std::string& path, uint64_t offset, std::span<std::byte> out) {
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t r = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail_errno(path, "read of " + std::to_string(out.size()) + " bytes at offset " + std::to_string(offset) + " failed");
+    }
+    if (r == 0)
+      throw Error(ErrorKind::truncated, path, "",
+                  "file ended at byte " + std::to_string(offset + done) + " while reading up to byte " +
+                      std::to_string(offset + out.size()) + " (was it truncated after open?)");
+    done += static_cast<size_t>(r);
+  }
+}
+
+class PreadFile final : public File {
+ public:
+  PreadFile(std::string path, int fd, uint64_t size) : File(std::move(path), size, Mode::pread), fd_(fd) {}
+  void read_at(uint64_t offset, std::span<std::byte> out) const override { pread_all(fd_.get(), path_, offset, out); }
+  std::span<const std::byte> view(uint64_t, uint64_t) const override { return {}; }
+  void guard(uint64_t) const override {}  // short reads are detected by read_at
+  void will_need(uint64_t offset, uint64_t n) const noexcept override {
+    ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
+  }
+  void release(uint64_t offset, uint64_t n) const noexcept override {
+    ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
+  }
+ private:
+  Fd fd_;
+};
+
+class MappedFile final : public File {
+ public:
+  MappedFile(std::string path, int fd, uint64_t size) : File(std::move(path), size, Mode::mmap), fd_(fd) {
+    if (size_ == 0) return;
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_.get(), 0);
+    if (p == MAP_FAILED) fail_errno(path_, "mmap failed");
+    base_ = static_cast<std::byte*>(p);
+    ::madvise(base_, size_, MADV_SEQUENTIAL);
+  }
+  ~MappedFile() override { if (base_) ::munmap(base_, size_); }
+
+  void read_at(uint64_t offset, std::span<std::byte> out) const override {
+    guard(offset + out.size());
+    std::memcpy(out.data(), base_ + offset, out.size());
+  }
+  std::span<const std::byte> view(uint64_t offset, uint64_t n) const override { return {base_ + offset, n}; }
+  void guard(uint64_t end) const override {
+    uint64_t now = current_size(fd_.get(), path_);
+    if (now < end)
+      throw Error(ErrorKind::truncated, path_, "",
+                  "file shrank to " + std::to_string(now) + " bytes after open (was " + std::to_string(size_) +
+                      "); refusing to touch the mapping past its end");
+  }
+  void will_need(uint64_t offset, uint64_t n) const noexcept override { advise(offset, n, MADV_WILLNEED); }
+  void release(uint64_t offset, uint64_t n) const noexcept override {
+    advise(offset, n, MADV_DONTNEED);
+    ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
+  }
+
+ private:
+  void advise(uint64_t offset, uint64_t n, int advice) const noexcept {
+    if (!base_ || n == 0) return;
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    uint64_t begin = offset / page * page;  // madvise needs a page-aligned start
+    uint64_t end = std::min<uint64_t>(offset + n, size_);
+    if (advice == MADV_DONTNEED) {
+      // Only whole pages inside the range: a shared boundary page may still be in use.
+      begin = (offset + page - 1) / page * page;
+      end = end / page * page;
+      if (end == size_ / page * page) end = size_;  // last partial page belongs to the range
+    }
+    if (end > begin) ::madvise(base_ + begin, end - begin, advice);
+  }
+  Fd fd_;
+  std::byte* base_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<File> File::open(const std::filesystem::path& path, Mode mode) {
+  const std::string p = path.string();
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_errno(p, "cannot open");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) { ::close(fd); fail_errno(p, "fstat failed"); }
+  if (!S_ISREG(st.st_mode)) { ::close(fd); throw Error(ErrorKind::io, p, "", "not a regular file"); }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (mode == Mode::pread) return std::make_unique<PreadFile>(p, fd, size);
+  return std::make_unique<MappedFile>(p, fd, size);
+}
+
+std::span<const std::byte> File::fetch(uint64_t offset, uint64_t n, std::vector<std::byte>& scratch) const {
+  if (mode_ == Mode::mmap) {
+    guard(offset + n);
+    return view(offset, n);
+  }
+  scratch.resize(n);
+  read_at(offset, scratch);
+  return scratch;
+}
+
+std::string read_small_file(const std::filesystem::path& path, uint64_t max_bytes) {
+  auto f = File::open(path, Mode::pread);
+  if (f->size() > max_bytes)
+    throw Error(ErrorKind::header_too_large, path.string(), "",
+                "file is " + std::to_string(f->size()) + " bytes, over the limit of " + std::to_string(max_bytes));
+  std::string s(f->size(), '\0');
+  f->read_at(0, std::as_writable_bytes(std::span<char>(s.data(), s.size())));
+  return s;
+}
+
+}  // namespace ctstream::io

@@ -1,0 +1,56 @@
+// io — read-only access to one file: memory-mapped (RAII, madvise) or positional reads.
+// No format knowledge here: offsets and lengths in, bytes out.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ctstream::io {
+
+enum class Mode : uint8_t { mmap, pread };
+
+class File {
+ public:
+  /// Opens `path` read-only; mmap mode maps the whole file (an empty file maps nothing).
+  /// Throws ctstream::Error{io} naming the path on failure.
+  static std::unique_ptr<File> open(const std::filesystem::path& path, Mode mode);
+  virtual ~File() = default;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  /// Size at open time; every later access is bounds-checked against it.
+  uint64_t size() const noexcept { return size_; }
+  const std::string& path() const noexcept { return path_; }
+  Mode mode() const noexcept { return mode_; }
+
+  /// Copies [offset, offset+out.size()) into out. Throws Error{truncated} if the file
+  /// became shorter, Error{io} on a read error.
+  virtual void read_at(uint64_t offset, std::span<std::byte> out) const = 0;
+  /// Zero-copy view (mmap mode only; nullptr span in pread mode). Caller checks bounds.
+  virtual std::span<const std::byte> view(uint64_t offset, uint64_t n) const = 0;
+  /// Bytes [offset, offset+n) either viewed in place or read into `scratch` (resized).
+  std::span<const std::byte> fetch(uint64_t offset, uint64_t n, std::vector<std::byte>& scratch) const;
+  /// Before touching mapped pages: verifies the file has not shrunk below `end` since open
+  /// (a truncated mapping raises SIGBUS on access). One fstat; a residual race with a
+  /// concurrent truncation remains, which is why pread mode exists.
+  virtual void guard(uint64_t end) const = 0;
+  /// Advisory: start reading this range (MADV_WILLNEED / POSIX_FADV_WILLNEED).
+  virtual void will_need(uint64_t offset, uint64_t n) const noexcept = 0;
+  /// Advisory: this range is consumed; drop its pages from the process / page cache.
+  virtual void release(uint64_t offset, uint64_t n) const noexcept = 0;
+
+ protected:
+  File(std::string path, uint64_t size, Mode mode) : path_(std::move(path)), size_(size), mode_(mode) {}
+  std::string path_;
+  uint64_t size_;
+  Mode mode_;
+};
+
+/// Reads a whole small file (index, config.json) with a size cap. Throws Error.
+std::string read_small_file(const std::filesystem::path& path, uint64_t max_bytes);
+
+}  // namespace ctstream::io

@@ -1,0 +1,165 @@
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+
+#include "core/checked.hpp"
+#include "format/grouping.hpp"
+#include "format/layout.hpp"
+#include "format/safetensors.hpp"
+#include "reader/internal.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ctstream {
+
+std::span<const std::byte> Checkpoint::Impl::bytes(const TensorPart& p, uint64_t off, uint64_t n,
+                                                   std::vector<std::byte>& scratch) const {
+  const io::File& f = file_of(p);
+  if (f.mode() == io::Mode::mmap) return f.view(p.offset + off, n);
+  scratch.resize(n);
+  f.read_at(p.offset + off, scratch);
+  return {scratch.data(), n};
+}
+
+unsigned Checkpoint::Impl::threads() const {
+  return opt.threads ? opt.threads : static_cast<unsigned>(std::max(1, omp_get_max_threads()));
+}
+
+namespace {
+
+std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::Layout& lay) {
+  std::vector<format::RawTensor> raw;
+  std::unordered_map<std::string, uint32_t> owner;
+  const io::Mode mode = ck.opt.io == IoMode::pread ? io::Mode::pread : io::Mode::mmap;
+  for (uint32_t fi = 0; fi < lay.files.size(); ++fi) {
+    auto f = io::File::open(lay.files[fi], mode);
+    const std::string name = f->path();
+    std::array<std::byte, 8> prefix{};
+    if (f->size() >= 8) f->read_at(0, prefix);
+    const uint64_t n = format::parse_prefix(prefix, f->size(), ck.opt.max_header_bytes, name);
+    std::string json(n, '\0');
+    f->read_at(8, std::as_writable_bytes(std::span<char>(json.data(), json.size())));
+    format::StHeader h = format::parse_header(json, n, f->size(), name);
+    for (auto& e : h.entries) {
+      auto [it, fresh] = owner.emplace(e.name, fi);
+      if (!fresh)
+        throw Error(ErrorKind::invalid_header, name, e.name,
+                    "duplicate tensor: also stored in " + lay.files[it->second].string());
+      raw.push_back({e.name, e.dtype, e.shape, fi, h.data_start + e.begin, e.end - e.begin});
+    }
+    ck.metadata.push_back(std::move(h.metadata));
+    ck.files.push_back(std::move(f));
+  }
+  // Every tensor the index promises must be in the shard it names.
+  for (const auto& [key, fi] : lay.weight_map) {
+    auto it = owner.find(key);
+    if (it == owner.end() || it->second != fi)
+      throw Error(ErrorKind::not_found, lay.index_path.string(), key,
+                  "index maps it to " + lay.files[fi].filename().string() +
+                      (it == owner.end() ? ", but no shard holds it"
+                                         : ", but it is stored in " + lay.files[it->second].filename().string()));
+  }
+  return raw;
+}
+
+}  // namespace
+
+Checkpoint Checkpoint::open(const fs::path& path, const OpenOptions& options) {
+  auto ck = std::make_unique<Impl>();
+  ck->opt = options;
+  format::Layout lay = format::discover_layout(path, options.max_json_bytes);
+  ck->paths = lay.files;
+  if (!lay.config_path.empty()) ck->config = io::read_small_file(lay.config_path, options.max_json_bytes);
+  std::vector<format::RawTensor> raw = read_headers(*ck, lay);
+  ck->tensors = format::group_tensors(raw, ck->config, lay.config_path.string());
+  if (options.order == Order::name)
+    std::stable_sort(ck->tensors.begin(), ck->tensors.end(),
+                     [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
+  else
+    std::stable_sort(ck->tensors.begin(), ck->tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
+      const auto& pa = a.parts.front();
+      const auto& pb = b.parts.front();
+      return std::tie(pa.file, pa.offset) < std::tie(pb.file, pb.offset);
+    });
+  for (size_t i = 0; i < ck->tensors.size(); ++i) {
+    const auto& t = ck->tensors[i];
+    if (!detail::checked_numel(t.shape) || !detail::checked_mul(*detail::checked_numel(t.shape), 64))
+      throw Error(ErrorKind::overflow, ck->paths.at(t.parts.front().file).string(), t.name,
+                  "logical shape product overflows 64 bits");
+    ck->by_name.emplace(t.name, i);
+  }
+  return Checkpoint(std::move(ck));
+}
+
+Checkpoint::Checkpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
+Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
+Checkpoint::~Checkpoint() = default;
+
+std::span<const TensorInfo> Checkpoint::tensors() const noexcept { return impl_->tensors; }
+
+const TensorInfo* Checkpoint::find(std::string_view name) const noexcept {
+  auto it = impl_->by_name.find(std::string(name));
+  return it == impl_->by_name.end() ? nullptr : &impl_->tensors[it->second];
+}
+
+const TensorInfo& Checkpoint::at(std::string_view name) const {
+  if (const TensorInfo* t = find(name)) return *t;
+  throw Error(ErrorKind::not_found, impl_->paths.size() == 1 ? impl_->paths[0].string() : "", std::string(name),
+              "no such tensor in the checkpoint");
+}
+
+uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
+                                 const std::optional<Slice>& slice) const {
+  const reader::SliceGeom g = reader::slice_geometry(*impl_, t, slice);
+  switch (t.format) {
+    case Format::dense: return reader::decode_dense(*impl_, t, out, out_dtype, g);
+    default: break;
+  }
+  reader::fail(*impl_, t, ErrorKind::unsupported,
+               "decoding format " + std::string(format_name(t.format)) + " is not supported; use read_part()");
+}
+
+std::span<const std::byte> Checkpoint::stored_view(const TensorInfo& t) const {
+  if (t.format != Format::dense)
+    reader::fail(*impl_, t, ErrorKind::unsupported, "stored_view needs a dense tensor; use part_view()");
+  return part_view(t.parts.front());
+}
+
+std::span<const std::byte> Checkpoint::part_view(const TensorPart& p) const {
+  const io::File& f = impl_->file_of(p);
+  if (f.mode() != io::Mode::mmap)
+    throw Error(ErrorKind::unsupported, f.path(), p.key, "zero-copy views need IoMode::mmap; use read_part()");
+  impl_->guard(p);
+  return f.view(p.offset, p.nbytes);
+}
+
+uint64_t Checkpoint::read_part(const TensorPart& p, std::span<std::byte> out) const {
+  const io::File& f = impl_->file_of(p);
+  if (out.size() < p.nbytes)
+    throw Error(ErrorKind::buffer_too_small, f.path(), p.key,
+                "output holds " + std::to_string(out.size()) + " bytes, part needs " + std::to_string(p.nbytes));
+  f.read_at(p.offset, out.first(p.nbytes));
+  return p.nbytes;
+}
+
+std::span<const fs::path> Checkpoint::files() const noexcept { return impl_->paths; }
+
+const std::map<std::string, std::string>& Checkpoint::file_metadata(uint32_t file) const {
+  if (file >= impl_->metadata.size())
+    throw Error(ErrorKind::invalid_argument, "", "", "file index " + std::to_string(file) + " out of range");
+  return impl_->metadata[file];
+}
+
+const std::string& Checkpoint::config_json() const noexcept { return impl_->config; }
+const OpenOptions& Checkpoint::options() const noexcept { return impl_->opt; }
+
+void Checkpoint::will_need(const TensorInfo& t) const {
+  for (const auto& p : t.parts) impl_->file_of(p).will_need(p.offset, p.nbytes);
+}
+void Checkpoint::release(const TensorInfo& t) const {
+  for (const auto& p : t.parts) impl_->file_of(p).release(p.offset, p.nbytes);
+}
+
+}  // namespace ctstream

@@ -1,0 +1,60 @@
+#include <omp.h>
+
+#include "reader/internal.hpp"
+
+namespace ctstream::reader {
+
+[[noreturn]] void fail(const Checkpoint::Impl& ck, const TensorInfo& t, ErrorKind kind, const std::string& msg) {
+  std::string file = t.parts.empty() ? std::string() : ck.paths.at(t.parts.front().file).string();
+  throw Error(kind, std::move(file), t.name, msg);
+}
+
+SliceGeom slice_geometry(const Checkpoint::Impl& ck, const TensorInfo& t, const std::optional<Slice>& s) {
+  SliceGeom g;
+  const uint64_t n = t.numel();
+  if (!s) {
+    g.dim = n;
+    g.len = n;
+    return g;
+  }
+  if (s->dim >= t.shape.size())
+    fail(ck, t, ErrorKind::invalid_argument,
+         "slice dim " + std::to_string(s->dim) + " out of range for a " + std::to_string(t.shape.size()) + "-d tensor");
+  for (unsigned d = 0; d < s->dim; ++d) g.outer *= t.shape[d];
+  g.dim = t.shape[s->dim];
+  for (size_t d = s->dim + 1; d < t.shape.size(); ++d) g.inner *= t.shape[d];
+  const uint64_t stop = std::min(s->stop, g.dim);
+  if (s->start > stop)
+    fail(ck, t, ErrorKind::invalid_argument,
+         "slice [" + std::to_string(s->start) + ", " + std::to_string(s->stop) + ") is empty or reversed for dim " +
+             std::to_string(s->dim) + " of size " + std::to_string(g.dim));
+  g.start = s->start;
+  g.len = stop - s->start;
+  return g;
+}
+
+void parallel_for(size_t n, unsigned threads, const std::function<void(size_t)>& body) {
+  if (n == 0) return;
+  if (threads <= 1 || n == 1) {
+    for (size_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+  std::exception_ptr first;
+  std::mutex mu;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast<int>(std::min<size_t>(threads, n)))
+  for (size_t i = 0; i < n; ++i) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (first) continue;
+    }
+    try {
+      body(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace ctstream::reader

@@ -1,0 +1,43 @@
+// ctstream CLI — shared helpers: argument parsing, number formatting, resource usage.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ctstream/ctstream.hpp>
+
+namespace cli {
+
+/// Parsed command line: positionals plus --flag / --flag value options.
+struct Args {
+  std::vector<std::string> pos;
+  std::map<std::string, std::string> opt;  // "--json" -> "" for switches
+  bool has(const std::string& k) const { return opt.count(k) != 0; }
+  std::string get(const std::string& k, const std::string& def = "") const {
+    auto it = opt.find(k);
+    return it == opt.end() ? def : it->second;
+  }
+};
+/// `switches` take no value; every other --option takes the next argument. Throws on unknown.
+Args parse(int argc, char** argv, int first, const std::vector<std::string>& switches,
+           const std::vector<std::string>& valued);
+
+std::string human_bytes(uint64_t n);
+std::string shape_str(const ctstream::Shape& s);
+/// "int4 group128 asym" style summary of a tensor's scheme ("" for dense).
+std::string scheme_str(const ctstream::TensorInfo& t);
+ctstream::OpenOptions open_options(const Args& a);
+ctstream::DType parse_dtype(const std::string& s);
+/// Peak resident set size of this process so far, bytes (getrusage).
+uint64_t peak_rss_bytes();
+double now_seconds();
+bool stdout_is_terminal();
+
+int cmd_inspect(int argc, char** argv);
+int cmd_decompress(int argc, char** argv);
+int cmd_verify(int argc, char** argv);
+int cmd_demo(int argc, char** argv);
+
+}  // namespace cli

@@ -1,0 +1,54 @@
+// ctstream — command-line front end. Every subcommand uses only the public library API.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli.hpp"
+
+namespace {
+void usage() {
+  std::fprintf(stderr,
+               "ctstream %s — lazy native loader for compressed-tensors checkpoints (ISA: %s)\n\n"
+               "usage: ctstream <command> [options]\n"
+               "  inspect PATH [--json]                      list every tensor: dtype, shape, format, bytes\n"
+               "  decompress PATH OUT.safetensors [--dtype bf16|fp16|fp32]\n"
+               "                                             decode everything into a plain safetensors file\n"
+               "  verify PATH                                decode everything, report problems (exit 1 on any)\n"
+               "  demo [DIR]                                 generate a small Llama-shaped model, stream it back\n\n"
+               "common options: --pread (positional reads instead of mmap), --threads N\n"
+               "PATH is a .safetensors file or a model directory (with or without an index).\n",
+               ctstream::version_string, ctstream::active_isa());
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "inspect") return cli::cmd_inspect(argc, argv);
+    if (cmd == "decompress") return cli::cmd_decompress(argc, argv);
+    if (cmd == "verify") return cli::cmd_verify(argc, argv);
+    if (cmd == "demo") return cli::cmd_demo(argc, argv);
+    if (cmd == "--version" || cmd == "version") {
+      std::printf("ctstream %s (ISA %s)\n", ctstream::version_string, ctstream::active_isa());
+      return 0;
+    }
+    std::fprintf(stderr, "ctstream: unknown command '%s'\n\n", cmd.c_str());
+    usage();
+    return 2;
+  } catch (const ctstream::Error& e) {
+    std::fprintf(stderr, "ctstream %s: error [%s]: %s\n", cmd.c_str(),
+                 std::string(ctstream::error_kind_name(e.kind())).c_str(), e.what());
+    return 1;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "ctstream %s: %s (see ctstream --help)\n", cmd.c_str(), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ctstream %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}

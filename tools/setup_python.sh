@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Creates .venv with the Python reference stack used to generate and cross-check fixtures:
+#   torch (CPU use only), safetensors, numpy, compressed-tensors 0.20.x (current line),
+#   and compressed-tensors 0.12.x installed beside it under .venv/ct012 (the sparse-format line).
+# Idempotent: re-running only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+CT_NEW=${CT_NEW:-0.20.0}
+CT_OLD=${CT_OLD:-0.12.2}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+V=.venv/bin/python
+if ! $V -c "import torch, safetensors, numpy, compressed_tensors as c; assert c.__version__.startswith('${CT_NEW%.*}')" 2>/dev/null; then
+  $V -m pip install -q --upgrade pip
+  $V -m pip install -q torch safetensors numpy "compressed-tensors==${CT_NEW}" pytest
+fi
+if [ ! -d .venv/ct012/compressed_tensors ]; then
+  # --no-deps: the 0.12 line shares torch/pydantic/transformers with the venv; only its own code
+  # goes in the side directory, imported by putting it first on sys.path (see tests/fixtures/gen/ctlib.py).
+  $V -m pip install -q --no-deps --target .venv/ct012 "compressed-tensors==${CT_OLD}"
+fi
+$V - <<'PY'
+import torch, safetensors, numpy, compressed_tensors
+print("python reference stack:", "torch", torch.__version__, "safetensors", safetensors.__version__,
+      "numpy", numpy.__version__, "compressed-tensors", compressed_tensors.__version__)
+PY
