@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "core/checked.hpp"
@@ -90,8 +91,11 @@ StHeader parse_header(std::string_view json, uint64_t header_len, uint64_t file_
 
   // safetensors `Metadata::validate`: sorted by offset, each tensor starts where the previous
   // ended, byte count = bits(dtype) * numel / 8, and the tensors cover the data region exactly.
-  std::stable_sort(h.entries.begin(), h.entries.end(),
-                   [](const StEntry& a, const StEntry& b) { return a.begin < b.begin; });
+  // Sorted by (begin, end) like safetensors, so an empty tensor at offset x precedes one
+  // starting at x.
+  std::stable_sort(h.entries.begin(), h.entries.end(), [](const StEntry& a, const StEntry& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
   uint64_t expect = 0;
   for (const auto& e : h.entries) {
     if (e.begin != expect)

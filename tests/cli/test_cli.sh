@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# CLI checks: exit codes, --json, corrupt inputs never crash, and `decompress` output loaded by
+# the real Python safetensors (when the reference venv from tools/setup_python.sh exists).
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CT=${CTSTREAM:-$ROOT/build/bin/ctstream}
+FIX=$ROOT/tests/fixtures
+PY=$ROOT/.venv/bin/python
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+expect_rc() {  # expect_rc WANT DESC cmd...
+  local want=$1 desc=$2; shift 2
+  "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?
+  if [ "$rc" = "$want" ]; then ok; else bad "$desc: exit $rc, wanted $want"; sed 's/^/  /' "$TMP/err" | head -5; fi
+}
+
+expect_rc 0 "inspect file" "$CT" inspect "$FIX/st/all_dtypes.safetensors"
+expect_rc 0 "inspect sharded" "$CT" inspect "$FIX/st/sharded"
+expect_rc 0 "inspect --json" "$CT" inspect "$FIX/st/sharded" --json
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["totals"]["tensors"]==len(d["tensors"])>0' "$TMP/out"; then ok; else bad "inspect --json is not valid JSON with totals"; fi
+expect_rc 0 "verify sharded" "$CT" verify "$FIX/st/sharded"
+expect_rc 0 "verify pread" "$CT" verify "$FIX/st/all_dtypes.safetensors" --pread
+expect_rc 2 "unknown command" "$CT" frobnicate
+expect_rc 2 "bad dtype" "$CT" decompress "$FIX/st/sharded" "$TMP/x.safetensors" --dtype int3
+expect_rc 1 "missing path" "$CT" inspect "$TMP/nonexistent"
+
+# Every corrupt input: exit 1 with an error line naming the error kind, never a signal.
+for f in "$FIX"/corrupt/*.safetensors "$FIX"/corrupt_dirs/*/; do
+  [ -e "$f" ] || continue
+  for cmd in inspect verify; do
+    "$CT" "$cmd" "$f" >/dev/null 2>"$TMP/err"; rc=$?
+    if [ "$rc" = 1 ] && grep -q "error \[" "$TMP/err"; then ok; else bad "$cmd $(basename "$f"): exit $rc"; cat "$TMP/err" | head -3; fi
+  done
+done
+
+# decompress -> Python safetensors loads it with identical values.
+for dt in "" bf16 fp16 fp32; do
+  out="$TMP/dec_${dt:-native}.safetensors"
+  if [ -n "$dt" ]; then expect_rc 0 "decompress $dt" "$CT" decompress "$FIX/st/sharded" "$out" --dtype "$dt"
+  else expect_rc 0 "decompress native" "$CT" decompress "$FIX/st/sharded" "$out"; fi
+  if [ -x "$PY" ]; then
+    if "$PY" "$ROOT/tests/cli/check_decompress.py" "$FIX/st/sharded" "$out" "${dt:-native}"; then ok; else bad "python check of decompress $dt"; fi
+  fi
+done
+[ -x "$PY" ] || echo "note: $PY missing (run tools/setup_python.sh); Python cross-checks skipped"
+ls "$TMP" | grep -q '\.tmp\.' && bad "temporary file left behind" || ok
+
+echo "cli: $pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,54 @@
+// Test helpers: fixture paths, hex decoding, temp dirs, deterministic random bytes.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace th {
+
+inline std::filesystem::path fixtures() { return CTSTREAM_FIXTURES; }
+
+inline std::vector<std::byte> from_hex(const std::string& h) {
+  std::vector<std::byte> out(h.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
+  return out;
+}
+
+inline nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  return nlohmann::json::parse(f);
+}
+
+/// A fresh empty directory under the system temp dir, removed at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag) {
+    static std::mt19937_64 rng{std::random_device{}()};
+    path = std::filesystem::temp_directory_path() / ("ctstream-test-" + tag + "-" + std::to_string(rng()));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+inline std::vector<std::byte> random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::byte> v(n);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
+inline void write_file(const std::filesystem::path& p, const std::vector<std::byte>& data) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+}
+
+}  // namespace th

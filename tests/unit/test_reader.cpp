@@ -1,0 +1,201 @@
+// Reader behaviour on synthetic checkpoints written with SafetensorsWriter: slices against an
+// index-math reference, threads, io modes, caller-buffer contract, truncation after open.
+#include <catch2/catch.hpp>
+
+#include "codecs/half.hpp"
+#include "ctstream/ctstream.hpp"
+#include "helpers.hpp"
+
+using namespace ctstream;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Synth {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::vector<std::byte> data;
+};
+
+uint64_t numel(const Shape& s) {
+  uint64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+// Random finite floats (or random bytes for non-float dtypes).
+Synth make(const std::string& name, DType d, Shape shape, uint64_t seed) {
+  Synth s{name, d, shape, {}};
+  const uint64_t n = numel(shape);
+  s.data = th::random_bytes(n * dtype_bits(d) / 8, seed);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (uint64_t i = 0; i < n && is_float_output(d); ++i) {
+    const uint32_t f = codecs::f32_bits(dist(rng));
+    if (d == DType::F32) std::memcpy(s.data.data() + 4 * i, &f, 4);
+    const uint16_t h = d == DType::BF16 ? codecs::f32_to_bf16(f) : codecs::f32_to_f16(f);
+    if (d != DType::F32) std::memcpy(s.data.data() + 2 * i, &h, 2);
+  }
+  return s;
+}
+
+fs::path write(const fs::path& p, const std::vector<Synth>& ts) {
+  std::vector<SafetensorsWriter::Entry> e;
+  for (const auto& t : ts) e.push_back({t.name, t.dtype, t.shape});
+  SafetensorsWriter w(p, e);
+  for (const auto& t : ts) w.write(t.data);
+  w.commit();
+  return p;
+}
+
+std::vector<std::byte> decode(const Checkpoint& c, const std::string& name, DType d,
+                              std::optional<Slice> s = std::nullopt) {
+  const TensorInfo& t = c.at(name);
+  std::vector<std::byte> out(t.decoded_bytes(d));
+  out.resize(c.decode_into(t, out, d, s));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("slices along any dim equal slicing the full decode", "[reader][slice][dispatch]") {
+  th::TempDir tmp("slice");
+  auto p = write(tmp.path / "m.safetensors",
+                 {make("w3", DType::F32, {5, 7, 9}, 1), make("w2", DType::BF16, {33, 17}, 2),
+                  make("i2", DType::I32, {6, 4}, 3)});
+  auto ckpt = Checkpoint::open(p);
+  for (const char* name : {"w3", "w2", "i2"}) {
+    const auto& t = ckpt.at(name);
+    for (DType out : {DType::F32, DType::BF16, DType::F16}) {
+      if (!is_float_output(t.dtype) && out != t.dtype) continue;
+      const auto full = decode(ckpt, name, out);
+      const size_t esz = dtype_bits(out) / 8;
+      for (unsigned dim = 0; dim < t.shape.size(); ++dim) {
+        for (auto [start, stop] : {std::pair<uint64_t, uint64_t>{0, t.shape[dim]}, {1, 3}, {t.shape[dim] - 1, 99},
+                                   {2, 2}}) {
+          INFO(name << " out " << dtype_name(out) << " dim " << dim << " [" << start << "," << stop << ")");
+          const auto got = decode(ckpt, name, out, Slice{dim, start, stop});
+          // Reference: walk every element of the full tensor, keep those inside the slice.
+          std::vector<std::byte> want;
+          const uint64_t n = t.numel();
+          for (uint64_t i = 0; i < n; ++i) {
+            uint64_t rem = i, idx = 0;
+            for (size_t d = t.shape.size(); d-- > 0;) {
+              if (d == dim) idx = rem % t.shape[d];
+              rem /= t.shape[d];
+            }
+            if (idx >= start && idx < std::min(stop, t.shape[dim]))
+              want.insert(want.end(), full.begin() + i * esz, full.begin() + (i + 1) * esz);
+          }
+          REQUIRE(got == want);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("bad slices, small buffers and impossible conversions are clear errors", "[reader]") {
+  th::TempDir tmp("errors");
+  auto p = write(tmp.path / "m.safetensors", {make("w", DType::BF16, {4, 8}, 1), make("i", DType::I64, {3}, 2)});
+  auto ckpt = Checkpoint::open(p);
+  const auto& w = ckpt.at("w");
+  std::vector<std::byte> buf(w.decoded_bytes(DType::F32));
+  auto kind_of = [&](auto&& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("m.safetensors") != std::string::npos);
+      return e.kind();
+    }
+    FAIL("no error");
+    return ErrorKind::io;
+  };
+  CHECK(kind_of([&] { ckpt.decode_into(w, std::span(buf).first(buf.size() - 1), DType::F32); }) ==
+        ErrorKind::buffer_too_small);
+  CHECK(kind_of([&] { ckpt.decode_into(w, buf, DType::F32, Slice{2, 0, 1}); }) == ErrorKind::invalid_argument);
+  CHECK(kind_of([&] { ckpt.decode_into(w, buf, DType::F32, Slice{0, 3, 2}); }) == ErrorKind::invalid_argument);
+  CHECK(kind_of([&] { ckpt.decode_into(ckpt.at("i"), buf, DType::BF16); }) == ErrorKind::unsupported);
+  CHECK(kind_of([&] { ckpt.decode_into(w, buf, DType::I8); }) == ErrorKind::unsupported);
+  CHECK_THROWS_AS(ckpt.at("nope"), Error);
+  CHECK(ckpt.find("nope") == nullptr);
+}
+
+TEST_CASE("pread mode, mmap mode and any thread count decode identically", "[reader][dispatch]") {
+  th::TempDir tmp("modes");
+  // 3 M elements: above the threshold where decode splits across threads.
+  auto p = write(tmp.path / "m.safetensors", {make("big", DType::F32, {1536, 2048}, 7), make("s", DType::F16, {5}, 8)});
+  OpenOptions one;
+  one.threads = 1;
+  auto ref = Checkpoint::open(p, one);
+  for (IoMode io : {IoMode::mmap, IoMode::pread}) {
+    for (unsigned threads : {1u, 2u, 3u}) {
+      OpenOptions o;
+      o.io = io;
+      o.threads = threads;
+      auto c = Checkpoint::open(p, o);
+      for (DType d : {DType::F32, DType::BF16, DType::F16}) {
+        INFO("io " << int(io) << " threads " << threads << " dtype " << dtype_name(d));
+        REQUIRE(decode(c, "big", d) == decode(ref, "big", d));
+        REQUIRE(decode(c, "big", d, Slice{1, 100, 1100}) == decode(ref, "big", d, Slice{1, 100, 1100}));
+        REQUIRE(decode(c, "s", d) == decode(ref, "s", d));
+      }
+    }
+  }
+}
+
+TEST_CASE("a file truncated after open gives an error, not SIGBUS", "[reader][io]") {
+  th::TempDir tmp("trunc");
+  for (IoMode io : {IoMode::mmap, IoMode::pread}) {
+    auto p = write(tmp.path / "m.safetensors", {make("a", DType::F32, {64, 64}, 1), make("b", DType::F32, {64, 64}, 2)});
+    OpenOptions o;
+    o.io = io;
+    auto ckpt = Checkpoint::open(p, o);
+    fs::resize_file(p, fs::file_size(p) - 1000);
+    const auto& b = ckpt.at("b");
+    std::vector<std::byte> buf(b.decoded_bytes(DType::F32));
+    try {
+      ckpt.decode_into(b, buf, DType::F32);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::truncated);
+      CHECK(std::string(e.what()).find("m.safetensors") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("zero-copy views need mmap; read_part works in both modes", "[reader]") {
+  th::TempDir tmp("views");
+  auto s = make("w", DType::BF16, {3, 5}, 4);
+  auto p = write(tmp.path / "m.safetensors", {s});
+  OpenOptions o;
+  o.io = IoMode::pread;
+  auto pr = Checkpoint::open(p, o);
+  auto mm = Checkpoint::open(p);
+  CHECK_THROWS_AS(pr.stored_view(pr.at("w")), Error);
+  auto v = mm.stored_view(mm.at("w"));
+  REQUIRE(std::vector<std::byte>(v.begin(), v.end()) == s.data);
+  std::vector<std::byte> raw(s.data.size());
+  REQUIRE(pr.read_part(pr.at("w").parts[0], raw) == raw.size());
+  REQUIRE(raw == s.data);
+}
+
+TEST_CASE("decompress_to_file writes what decode_into returns", "[reader][decompress]") {
+  th::TempDir tmp("decomp");
+  auto p = write(tmp.path / "in.safetensors",
+                 {make("a", DType::F32, {7, 3}, 1), make("b", DType::BF16, {4}, 2), make("c", DType::I16, {2, 2}, 3)});
+  auto in = Checkpoint::open(p);
+  for (std::optional<DType> d : {std::optional<DType>{}, std::optional<DType>{DType::F16}}) {
+    DecompressOptions opt;
+    opt.dtype = d;
+    decompress_to_file(in, tmp.path / "out.safetensors", opt);
+    auto out = Checkpoint::open(tmp.path / "out.safetensors");
+    REQUIRE(out.tensors().size() == 3);
+    for (const auto& t : in.tensors()) {
+      const DType want = decompressed_dtype(t, opt);
+      REQUIRE(out.at(t.name).dtype == want);
+      REQUIRE(decode(out, t.name, want) == decode(in, t.name, want));
+    }
+    REQUIRE(out.at("c").dtype == DType::I16);
+  }
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# One command for all tests: installs what is missing (apt packages, the Python reference venv),
+# builds, runs the suite (Catch2 unit tests per ISA, CLI tests, Python cross-checks), then builds
+# and runs the suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+bash tools/setup_python.sh
+echo "== release build + tests"
+bash tools/build.sh build
+(cd build && ctest --output-on-failure -j2)
+if [ "${CTSTREAM_SKIP_SANITIZE:-0}" != 1 ]; then
+  echo "== AddressSanitizer + UndefinedBehaviorSanitizer build + tests"
+  bash tools/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCTSTREAM_SANITIZE=ON -DCTSTREAM_BUILD_BENCH=OFF
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     ctest --output-on-failure -j2)
+fi
