@@ -13,6 +13,18 @@
   void bf16_to_f16(const void* in, void* out, size_t n) noexcept;   \
   void f16_to_bf16(const void* in, void* out, size_t n) noexcept;
 
-namespace ctstream::codecs::scalar { CTSTREAM_DECLARE_CONVERT_KERNELS }
-namespace ctstream::codecs::avx2 { CTSTREAM_DECLARE_CONVERT_KERNELS }
-namespace ctstream::codecs::avx512 { CTSTREAM_DECLARE_CONVERT_KERNELS }
+// Bitmask expansion (codecs/bitmask.hpp) and fused 4-bit dequant (codecs/dequant.hpp); the
+// DequantSpec is passed as its three fields so this header needs no C++ library types.
+#define CTSTREAM_DECLARE_CODEC_KERNELS                                                                    \
+  size_t bitmask_expand_1(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;     \
+  size_t bitmask_expand_2(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;     \
+  size_t bitmask_expand_4(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;     \
+  void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale,          \
+                      const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept;
+
+namespace ctstream::codecs {
+struct DequantSpec;
+}
+namespace ctstream::codecs::scalar { CTSTREAM_DECLARE_CONVERT_KERNELS CTSTREAM_DECLARE_CODEC_KERNELS }
+namespace ctstream::codecs::avx2 { CTSTREAM_DECLARE_CONVERT_KERNELS CTSTREAM_DECLARE_CODEC_KERNELS }
+namespace ctstream::codecs::avx512 { CTSTREAM_DECLARE_CONVERT_KERNELS CTSTREAM_DECLARE_CODEC_KERNELS }

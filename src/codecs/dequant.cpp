@@ -1,0 +1,80 @@
+#include "codecs/dequant.hpp"
+
+#include <cstring>
+
+#include "codecs/half.hpp"
+#include "codecs/x86/kernels.hpp"
+
+namespace ctstream::codecs {
+
+namespace {
+// Rounds f32 bits to S and returns the f32 image of the S value.
+inline uint32_t round_to(uint32_t v, DType s) noexcept {
+  if (s == DType::BF16) return bf16_to_f32(f32_to_bf16(v));
+  if (s == DType::F16) return f16_to_f32(f32_to_f16(v));
+  return v;
+}
+}  // namespace
+
+void store_dequant(float v, const DequantSpec& spec, void* out, size_t j) noexcept {
+  const uint32_t r = round_to(f32_bits(v), spec.natural);  // exact image of the S value
+  if (spec.out == DType::F32) {
+    std::memcpy(static_cast<char*>(out) + 4 * j, &r, 4);
+  } else {
+    // S -> D: from the exact f32 image, one RNE step (S == D gives back the same bits).
+    const uint16_t h = spec.out == DType::BF16 ? f32_to_bf16(r) : f32_to_f16(r);
+    std::memcpy(static_cast<char*>(out) + 2 * j, &h, 2);
+  }
+}
+
+void dequant_f32_row(const float* x, size_t cols, const float* scale, const float* zp, const int32_t* gidx,
+                     const DequantSpec& spec, void* out) noexcept {
+  for (size_t j = 0; j < cols; ++j) {
+    const size_t g = gidx ? static_cast<size_t>(gidx[j]) : j / spec.group_size;
+    float d = x[j];
+    if (zp) d = f32_from_bits(round_to(f32_bits(d - zp[g]), spec.natural));
+    store_dequant(d * scale[g], spec, out, j);
+  }
+}
+
+namespace scalar {
+void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp,
+                    const DequantSpec& spec, void* out) noexcept {
+  for (size_t j = 0; j < cols; ++j) {
+    const size_t g = j / spec.group_size;
+    const uint8_t code = (packed[j >> 1] >> ((j & 1) * 4)) & 0xF;
+    const float d = zp ? lut[code] - zp[g] : lut[code];
+    store_dequant(d * scale[g], spec, out, j);
+  }
+}
+}  // namespace scalar
+
+DequantNibbleFn dequant_nibble_kernel(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::avx512: return avx512::dequant_nibble;
+    case Isa::avx2: return avx2::dequant_nibble;
+    case Isa::scalar: break;
+  }
+  return scalar::dequant_nibble;
+}
+
+void unpack_int_row(const uint32_t* words, unsigned bits, bool dense, size_t cols, float* out) noexcept {
+  const uint32_t mask = (1u << bits) - 1;
+  const float offset = static_cast<float>(1u << (bits - 1));
+  if (dense) {
+    for (size_t i = 0; i < cols; ++i) {
+      const uint64_t bit = static_cast<uint64_t>(i) * bits;
+      const size_t w = static_cast<size_t>(bit >> 5);
+      const unsigned sh = static_cast<unsigned>(bit & 31);
+      uint64_t v = words[w] >> sh;
+      if (sh + bits > 32) v |= static_cast<uint64_t>(words[w + 1]) << (32 - sh);
+      out[i] = static_cast<float>(static_cast<uint32_t>(v) & mask) - offset;
+    }
+  } else {
+    const size_t pf = 32 / bits;
+    for (size_t i = 0; i < cols; ++i)
+      out[i] = static_cast<float>((words[i / pf] >> (bits * (i % pf))) & mask) - offset;
+  }
+}
+
+}  // namespace ctstream::codecs

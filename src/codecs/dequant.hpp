@@ -1,0 +1,50 @@
+// codecs — dequantization of one row: out[j] = D( S( S(x[j] - zp[g]) * scale[g] ) ), g = the
+// group of column j. This is the compressed-tensors arithmetic (quantization/lifecycle/
+// forward_helpers.py `_dequantize`): values and zero points are cast to the scale's dtype S,
+// the subtraction and the product are each one torch op on S tensors (computed in f32, rounded
+// to S, round-to-nearest-even), and the result is converted to the caller's dtype D.
+// Callers pass x, scale and zp as exact f32 images of the stored values; a global scale is
+// folded into `scale` beforehand (f32 division, as the reference does).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "codecs/dispatch.hpp"
+#include "ctstream/dtype.hpp"
+
+namespace ctstream::codecs {
+
+struct DequantSpec {
+  DType natural = DType::BF16;  ///< S: dtype the reference computes in (BF16, F16 or F32)
+  DType out = DType::BF16;      ///< D: output dtype (BF16, F16 or F32)
+  uint64_t group_size = 1;      ///< consecutive columns per scale entry (>= 1)
+};
+
+/// Generic row kernel over f32 inputs. zp may be null (symmetric); gidx, if not null, maps
+/// column j to scale entry gidx[j] (act-order) instead of j / group_size.
+void dequant_f32_row(const float* x, size_t cols, const float* scale, const float* zp, const int32_t* gidx,
+                     const DequantSpec& spec, void* out) noexcept;
+
+/// Fused kernel for 4-bit codes: byte m of `packed` holds column 2m in its low nibble and 2m+1
+/// in its high nibble (pack-quantized int4 and fp4 E2M1 share this order); `lut[code]` is the
+/// exact f32 value of a code (u - 8 for int4, the E2M1 table for fp4). Subtraction of a zero
+/// point is exact here (int4 only), so it is not re-rounded.
+using DequantNibbleFn = void (*)(const uint8_t* packed, size_t cols, const float* lut, const float* scale,
+                                 const float* zp, const DequantSpec& spec, void* out);
+DequantNibbleFn dequant_nibble_kernel(Isa isa) noexcept;
+
+/// Unpacks `cols` offset-binary `bits`-wide codes (1..8) of one row of int32 words into f32
+/// values u - 2^(bits-1). dense = the 0.18+ layout (element i at stream bits [i*b, i*b+b),
+/// compressed_tensors/compressors/pack_quantized/helpers.py `unpack_from_int32`); otherwise the
+/// <= 0.17 layout (32/b elements per word at bits b*(i % (32/b)), rest of the word unused).
+/// `words` must hold packed_words(cols, bits, dense) words.
+void unpack_int_row(const uint32_t* words, unsigned bits, bool dense, size_t cols, float* out) noexcept;
+/// Words a row of `cols` codes occupies in either layout.
+constexpr uint64_t packed_words(uint64_t cols, unsigned bits, bool dense) noexcept {
+  return dense ? (cols * bits + 31) / 32 : (cols + (32 / bits) - 1) / (32 / bits);
+}
+
+/// Stores f32 `v` rounded to S then converted to D at out[j] (the scalar tail of every kernel).
+void store_dequant(float v, const DequantSpec& spec, void* out, size_t j) noexcept;
+
+}  // namespace ctstream::codecs
