@@ -23,6 +23,7 @@ enum class Format : uint8_t {
   float_quantized,     ///< same layout as naive_quantized (fp8 weights with activations)
   nvfp4_pack_quantized,///< fp4 E2M1 nibbles + fp8 group-16 scales + fp32 global scale
   mxfp4_pack_quantized,///< fp4 E2M1 nibbles + E8M0 (uint8) group-32 scales
+  mxfp6_pack_quantized,///< fp6 E2M3 codes (4 per 3 bytes) + E8M0 (uint8) group-32 scales
   mxfp8_quantized,     ///< fp8 E4M3 values + E8M0 group-32 scales
   marlin_24,           ///< Marlin 2:4 tiles: recognised and passed through packed only
 };
@@ -42,6 +43,9 @@ struct QuantArgs {
   uint64_t group_size = 0;          ///< group / tensor_group strategies
   uint64_t block_rows = 0, block_cols = 0;  ///< block strategy
   bool actorder = false;            ///< weight_g_idx present (0.12 line, group act-order)
+  /// pack-quantized 3/5/6/7-bit codes use the compressed-tensors <= 0.17 layout (32/b codes per
+  /// int32 word, high bits unused) instead of the dense 0.18+ layout.
+  bool legacy_packing = false;
 };
 
 /// One safetensors entry that is part of a logical tensor.

@@ -58,22 +58,26 @@ DequantNibbleFn dequant_nibble_kernel(Isa isa) noexcept {
   return scalar::dequant_nibble;
 }
 
-void unpack_int_row(const uint32_t* words, unsigned bits, bool dense, size_t cols, float* out) noexcept {
+void unpack_int_row(const uint8_t* words, unsigned bits, bool dense, size_t cols, float* out) noexcept {
   const uint32_t mask = (1u << bits) - 1;
   const float offset = static_cast<float>(1u << (bits - 1));
+  auto word = [words](size_t i) {
+    uint32_t w;
+    std::memcpy(&w, words + 4 * i, 4);
+    return w;
+  };
   if (dense) {
     for (size_t i = 0; i < cols; ++i) {
       const uint64_t bit = static_cast<uint64_t>(i) * bits;
       const size_t w = static_cast<size_t>(bit >> 5);
       const unsigned sh = static_cast<unsigned>(bit & 31);
-      uint64_t v = words[w] >> sh;
-      if (sh + bits > 32) v |= static_cast<uint64_t>(words[w + 1]) << (32 - sh);
+      uint64_t v = word(w) >> sh;
+      if (sh + bits > 32) v |= static_cast<uint64_t>(word(w + 1)) << (32 - sh);
       out[i] = static_cast<float>(static_cast<uint32_t>(v) & mask) - offset;
     }
   } else {
     const size_t pf = 32 / bits;
-    for (size_t i = 0; i < cols; ++i)
-      out[i] = static_cast<float>((words[i / pf] >> (bits * (i % pf))) & mask) - offset;
+    for (size_t i = 0; i < cols; ++i) out[i] = static_cast<float>((word(i / pf) >> (bits * (i % pf))) & mask) - offset;
   }
 }
 

@@ -33,16 +33,12 @@ using DequantNibbleFn = void (*)(const uint8_t* packed, size_t cols, const float
                                  const float* zp, const DequantSpec& spec, void* out);
 DequantNibbleFn dequant_nibble_kernel(Isa isa) noexcept;
 
-/// Unpacks `cols` offset-binary `bits`-wide codes (1..8) of one row of int32 words into f32
+/// Unpacks `cols` offset-binary (`words`: little-endian int32 words, any alignment) `bits`-wide codes (1..8) of one row of int32 words into f32
 /// values u - 2^(bits-1). dense = the 0.18+ layout (element i at stream bits [i*b, i*b+b),
 /// compressed_tensors/compressors/pack_quantized/helpers.py `unpack_from_int32`); otherwise the
 /// <= 0.17 layout (32/b elements per word at bits b*(i % (32/b)), rest of the word unused).
-/// `words` must hold packed_words(cols, bits, dense) words.
-void unpack_int_row(const uint32_t* words, unsigned bits, bool dense, size_t cols, float* out) noexcept;
-/// Words a row of `cols` codes occupies in either layout.
-constexpr uint64_t packed_words(uint64_t cols, unsigned bits, bool dense) noexcept {
-  return dense ? (cols * bits + 31) / 32 : (cols + (32 / bits) - 1) / (32 / bits);
-}
+/// `words` must hold detail::packed_words(cols, bits, dense) words (core/packing.hpp).
+void unpack_int_row(const uint8_t* words, unsigned bits, bool dense, size_t cols, float* out) noexcept;
 
 /// Stores f32 `v` rounded to S then converted to D at out[j] (the scalar tail of every kernel).
 void store_dequant(float v, const DequantSpec& spec, void* out, size_t j) noexcept;

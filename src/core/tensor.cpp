@@ -13,6 +13,7 @@ std::string_view format_name(Format f) noexcept {
     case Format::float_quantized: return "float-quantized";
     case Format::nvfp4_pack_quantized: return "nvfp4-pack-quantized";
     case Format::mxfp4_pack_quantized: return "mxfp4-pack-quantized";
+    case Format::mxfp6_pack_quantized: return "mxfp6-pack-quantized";
     case Format::mxfp8_quantized: return "mxfp8-quantized";
     case Format::marlin_24: return "marlin-24";
   }

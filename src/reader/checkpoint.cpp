@@ -8,6 +8,7 @@
 #include "format/layout.hpp"
 #include "format/safetensors.hpp"
 #include "reader/internal.hpp"
+#include "reader/rows.hpp"
 
 namespace fs = std::filesystem;
 
@@ -72,7 +73,15 @@ Checkpoint Checkpoint::open(const fs::path& path, const OpenOptions& options) {
   ck->paths = lay.files;
   if (!lay.config_path.empty()) ck->config = io::read_small_file(lay.config_path, options.max_json_bytes);
   std::vector<format::RawTensor> raw = read_headers(*ck, lay);
-  ck->tensors = format::group_tensors(raw, ck->config, lay.config_path.string());
+  Impl& impl = *ck;
+  ck->tensors = format::group_tensors(
+      raw, ck->config, lay.config_path.string(),
+      [&impl](const format::RawTensor& r) {
+        std::vector<std::byte> b(r.nbytes);
+        impl.files.at(r.file)->read_at(r.offset, b);
+        return b;
+      },
+      [&impl](uint32_t f) { return impl.paths.at(f).string(); });
   if (options.order == Order::name)
     std::stable_sort(ck->tensors.begin(), ck->tensors.end(),
                      [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
@@ -113,12 +122,9 @@ const TensorInfo& Checkpoint::at(std::string_view name) const {
 uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                                  const std::optional<Slice>& slice) const {
   const reader::SliceGeom g = reader::slice_geometry(*impl_, t, slice);
-  switch (t.format) {
-    case Format::dense: return reader::decode_dense(*impl_, t, out, out_dtype, g);
-    default: break;
-  }
-  reader::fail(*impl_, t, ErrorKind::unsupported,
-               "decoding format " + std::string(format_name(t.format)) + " is not supported; use read_part()");
+  if (t.format == Format::dense) return reader::decode_dense(*impl_, t, out, out_dtype, g);
+  const auto dec = reader::make_decoder(*impl_, t, out_dtype);
+  return reader::run_rows(*impl_, t, out, out_dtype, g, slice, *dec);
 }
 
 std::span<const std::byte> Checkpoint::stored_view(const TensorInfo& t) const {

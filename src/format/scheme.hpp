@@ -1,0 +1,63 @@
+// format — config.json -> compression scheme: which modules are quantized/sparse, how, and by
+// which library version (the packing of odd bit widths changed in compressed-tensors 0.18).
+// Reads `quantization_config` (quant_method "compressed-tensors"), the older
+// `compression_config` key (compressed-tensors <= 0.4), and a top-level SparseML-style
+// `sparsity_config` block. Pure: JSON text in, scheme out.
+#pragma once
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "ctstream/tensor.hpp"
+
+namespace ctstream::format {
+
+/// A module-name target: exact name, `re:` pattern (Python re.match: anchored at the start only),
+/// or a class name such as "Linear" (class names cannot be checked without the model; they match
+/// any module that stores compressed parts).
+struct Target {
+  enum class Kind { name, regex, class_name } kind = Kind::name;
+  std::string text;  ///< name / pattern without "re:" / class name
+  std::regex re;     ///< compiled for Kind::regex
+  bool matches_name(const std::string& module) const;
+};
+
+struct SchemeGroup {
+  std::string name;                  ///< "group_0", ...
+  std::vector<Target> targets;
+  std::optional<QuantArgs> weights;
+  bool has_input_activations = false;
+  std::optional<Format> format;      ///< per-group format, if written
+  bool scale_is_e8m0 = false;        ///< weights.scale_dtype == torch.uint8 (MX formats)
+};
+
+struct Scheme {
+  bool present = false;              ///< a compressed-tensors config was found
+  std::string version;               ///< compressed-tensors version that wrote the file ("" unknown)
+  /// pack-quantized layout of widths other than 1/2/4/8: dense since 0.18.0 (helpers.py
+  /// `pack_to_int32` "packs across int32 boundaries"), one word per 32/b codes before.
+  /// nullopt when the version is unknown.
+  std::optional<bool> dense_packing;
+  std::optional<Format> global_format;  ///< top-level `format` unless "mixed-precision"/absent
+  std::vector<SchemeGroup> groups;
+  std::vector<Target> ignore;
+  std::optional<Format> sparse_format;   ///< sparse-bitmask / sparse-24-bitmask / dense
+  std::vector<Target> sparse_targets, sparse_ignore;
+};
+
+/// Parses config.json text (may be empty -> Scheme{present=false}). Errors: invalid_config
+/// naming `file`.
+Scheme parse_scheme(const std::string& config_json, const std::string& file);
+
+/// Maps a compressed-tensors format name (any spelling the library's registry accepts: `_` or
+/// `-`, any case; "dense_sparsity" = dense) to a Format; nullopt for unknown / "mixed-precision".
+std::optional<Format> format_from_name(const std::string& name);
+
+/// The group whose targets match `module` (compressed_tensors/utils/match.py: ignore wins;
+/// exact names first, then regexes in alphabetical order of pattern, then class names), or null.
+const SchemeGroup* match_group(const Scheme& s, const std::string& module);
+/// Whether the sparsity config targets `module`.
+bool sparse_targets_module(const Scheme& s, const std::string& module);
+
+}  // namespace ctstream::format

@@ -1,0 +1,376 @@
+// reader — decoders of the compressed-tensors formats, one row at a time. Layouts and
+// arithmetic: tests/fixtures/gen/DECODE_NOTES.md (each statement cites the library source);
+// the kernels themselves are in src/codecs.
+#include <array>
+#include <cstring>
+
+#include "codecs/bitmask.hpp"
+#include "codecs/convert.hpp"
+#include "codecs/dequant.hpp"
+#include "codecs/half.hpp"
+#include "codecs/minifloat.hpp"
+#include "core/packing.hpp"
+#include "reader/rows.hpp"
+
+namespace ctstream::reader {
+namespace {
+
+using codecs::DequantSpec;
+
+// int4 codes are offset-binary: value = u - 8 (pack_quantized/helpers.py `unpack_from_int32`).
+constexpr std::array<float, 16> kInt4Lut = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+const std::array<float, 16>& e2m1_lut() {
+  static const std::array<float, 16> t = [] {
+    std::array<float, 16> a{};
+    for (unsigned i = 0; i < 16; ++i) a[i] = codecs::e2m1_to_f32(static_cast<uint8_t>(i));
+    return a;
+  }();
+  return t;
+}
+const std::array<float, 256>& e4m3_lut() {
+  static const std::array<float, 256> t = [] {
+    std::array<float, 256> a{};
+    for (unsigned i = 0; i < 256; ++i) a[i] = codecs::e4m3_to_f32(static_cast<uint8_t>(i));
+    return a;
+  }();
+  return t;
+}
+
+const TensorPart& need_part(const Checkpoint::Impl& ck, const TensorInfo& t, const char* role) {
+  if (const TensorPart* p = t.part(role)) return *p;
+  fail(ck, t, ErrorKind::corrupt_tensor, std::string("missing part '") + role + "'");
+}
+
+// Exact f32 image of one stored scalar of a scale / zero-point / value tensor.
+float to_f32(DType d, const std::byte* p, bool e8m0) {
+  switch (d) {
+    case DType::F32: { float f; std::memcpy(&f, p, 4); return f; }
+    case DType::BF16: { uint16_t h; std::memcpy(&h, p, 2); return codecs::f32_from_bits(codecs::bf16_to_f32(h)); }
+    case DType::F16: { uint16_t h; std::memcpy(&h, p, 2); return codecs::f32_from_bits(codecs::f16_to_f32(h)); }
+    case DType::F8_E4M3: return e4m3_lut()[static_cast<uint8_t>(*p)];
+    case DType::U8: return e8m0 ? codecs::e8m0_to_f32(static_cast<uint8_t>(*p)) : static_cast<float>(static_cast<uint8_t>(*p));
+    case DType::I8: return static_cast<float>(static_cast<int8_t>(*p));
+    default: return 0.f;  // rejected by the format layer
+  }
+}
+
+// Scales and zero points of a quantized weight, per row (compressed_tensors/quantization/
+// lifecycle/forward.py: tensor / channel / group / block mapping).
+class Scales {
+ public:
+  Scales(const Checkpoint::Impl& ck, const TensorInfo& t, uint64_t rows, uint64_t cols) : ck_(ck), t_(t) {
+    scale_ = &need_part(ck, t, "weight_scale");
+    const QuantArgs& q = t.quant;
+    e8m0_ = scale_->dtype == DType::U8;
+    ssz_ = dtype_bits(scale_->dtype) / 8;
+    switch (q.strategy) {
+      case QuantStrategy::tensor: G_ = 1, gs_ = cols, row_div_ = rows; break;
+      case QuantStrategy::channel: G_ = 1, gs_ = cols, row_div_ = 1; break;
+      case QuantStrategy::block:
+        gs_ = q.block_cols, G_ = (cols + gs_ - 1) / gs_, row_div_ = q.block_rows;
+        break;
+      default: gs_ = q.group_size, G_ = cols / gs_, row_div_ = 1; break;
+    }
+    scale_rows_ = (rows + row_div_ - 1) / row_div_;
+    if (const TensorPart* gsp = t.part("weight_global_scale")) {
+      std::vector<std::byte> b(4);
+      ck.file_of(*gsp).read_at(gsp->offset, b);
+      std::memcpy(&global_, b.data(), 4);
+      has_global_ = true;
+    }
+    if (const TensorPart* zp = t.part("weight_zero_point")) load_zp(*zp, rows);
+  }
+  uint64_t group_size() const { return gs_; }
+  const float* row(uint64_t r, std::vector<float>& f, std::vector<std::byte>& scratch) const {
+    const uint64_t sr = r / row_div_;
+    auto b = ck_.bytes(*scale_, sr * G_ * ssz_, G_ * ssz_, scratch);
+    f.resize(G_);
+    for (uint64_t g = 0; g < G_; ++g) {
+      f[g] = to_f32(scale_->dtype, b.data() + g * ssz_, e8m0_);
+      // nvfp4: the stored global scale divides (nvfp4/base.py, forward_helpers.py `_dequantize`:
+      // scale.to(bf16) / global_scale in f32; fp8 -> bf16 is exact).
+      if (has_global_) f[g] = f[g] / global_;
+    }
+    return f.data();
+  }
+  const float* zp_row(uint64_t r) const { return zp_.empty() ? nullptr : zp_.data() + (r / row_div_) * G_; }
+
+ private:
+  void load_zp(const TensorPart& zp, uint64_t rows) {
+    std::vector<std::byte> raw(zp.nbytes);
+    ck_.file_of(zp).read_at(zp.offset, raw);
+    zp_.resize(scale_rows_ * G_);
+    if (zp.dtype != DType::I32) {  // unpacked, one per scale entry
+      const size_t esz = dtype_bits(zp.dtype) / 8;
+      for (uint64_t i = 0; i < zp_.size(); ++i) zp_[i] = to_f32(zp.dtype, raw.data() + i * esz, false);
+      return;
+    }
+    // Packed along rows (pack_to_int32(packed_dim=0)): column g is a code stream over rows.
+    const unsigned b = t_.quant.num_bits;
+    const bool dense = !t_.quant.legacy_packing;
+    const uint64_t words = detail::packed_words(rows, b, dense);
+    std::vector<uint8_t> col(words * 4);
+    std::vector<float> vals(rows);
+    for (uint64_t g = 0; g < G_; ++g) {
+      for (uint64_t k = 0; k < words; ++k) std::memcpy(&col[4 * k], raw.data() + (k * G_ + g) * 4, 4);
+      codecs::unpack_int_row(col.data(), b, dense, rows, vals.data());
+      for (uint64_t r = 0; r < rows; ++r) zp_[r * G_ + g] = vals[r];
+    }
+  }
+  const Checkpoint::Impl& ck_;
+  const TensorInfo& t_;
+  const TensorPart* scale_;
+  bool e8m0_ = false, has_global_ = false;
+  float global_ = 1.f;
+  uint64_t ssz_ = 2, G_ = 1, gs_ = 1, row_div_ = 1, scale_rows_ = 1;
+  std::vector<float> zp_;
+};
+
+DequantSpec spec_for(const TensorInfo& t, DType out, uint64_t group_size) {
+  return DequantSpec{t.dtype, out, group_size};
+}
+
+class PackedIntDecoder final : public RowDecoder {
+ public:
+  PackedIntDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
+      : ck_(ck), packed_(need_part(ck, t, "weight_packed")), scales_(ck, t, rows, cols), cols_(cols),
+        bits_(t.quant.num_bits), dense_(!t.quant.legacy_packing),
+        row_bytes_(detail::packed_words(cols, bits_, dense_) * 4), spec_(spec_for(t, out, scales_.group_size())) {
+    if (const TensorPart* gi = t.part("weight_g_idx")) {
+      // 0.12 act-order: column j uses scale column g_idx[j]; a -1 anywhere means plain order
+      // (forward.py `_process_quantization`).
+      std::vector<std::byte> raw(gi->nbytes);
+      ck.file_of(*gi).read_at(gi->offset, raw);
+      std::vector<int32_t> g(cols);
+      std::memcpy(g.data(), raw.data(), cols * 4);
+      bool plain = false;
+      for (int32_t v : g) plain |= v == -1;
+      const uint64_t groups = cols / scales_.group_size();
+      for (int32_t v : g)
+        if (!plain && (v < 0 || static_cast<uint64_t>(v) >= groups))
+          fail(ck, t, ErrorKind::corrupt_tensor, "weight_g_idx entry " + std::to_string(v) + " is not a group index");
+      if (!plain) gidx_ = std::move(g);
+    }
+  }
+  void row(uint64_t r, std::byte* out) const override {
+    thread_local std::vector<std::byte> sw, ss;
+    thread_local std::vector<float> sf, xf;
+    auto w = ck_.bytes(packed_, r * row_bytes_, row_bytes_, sw);
+    const float* sc = scales_.row(r, sf, ss);
+    const float* zp = scales_.zp_row(r);
+    const auto* wb = reinterpret_cast<const uint8_t*>(w.data());
+    if (bits_ == 4 && gidx_.empty()) {  // nibble order equals the int32 packing on little-endian
+      codecs::dequant_nibble_kernel(codecs::active_isa())(wb, cols_, kInt4Lut.data(), sc, zp, spec_, out);
+      return;
+    }
+    xf.resize(cols_);
+    codecs::unpack_int_row(wb, bits_, dense_, cols_, xf.data());
+    codecs::dequant_f32_row(xf.data(), cols_, sc, zp, gidx_.empty() ? nullptr : gidx_.data(), spec_, out);
+  }
+
+ private:
+  const Checkpoint::Impl& ck_;
+  const TensorPart& packed_;
+  Scales scales_;
+  uint64_t cols_;
+  unsigned bits_;
+  bool dense_;
+  uint64_t row_bytes_;
+  DequantSpec spec_;
+  std::vector<int32_t> gidx_;
+};
+
+// naive / int / float / mxfp8: values stored unpacked (I8 two's complement or F8_E4M3).
+class NaiveDecoder final : public RowDecoder {
+ public:
+  NaiveDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
+      : ck_(ck), w_(need_part(ck, t, "weight")), scales_(ck, t, rows, cols), cols_(cols),
+        spec_(spec_for(t, out, scales_.group_size())) {
+    if (w_.dtype != DType::I8 && w_.dtype != DType::F8_E4M3)
+      fail(ck, t, ErrorKind::unsupported, "quantized values of dtype " + std::string(dtype_name(w_.dtype)));
+  }
+  void row(uint64_t r, std::byte* out) const override {
+    thread_local std::vector<std::byte> sw, ss;
+    thread_local std::vector<float> sf, xf;
+    auto v = ck_.bytes(w_, r * cols_, cols_, sw);
+    xf.resize(cols_);
+    values_to_f32(w_.dtype, v.data(), cols_, xf.data());
+    codecs::dequant_f32_row(xf.data(), cols_, scales_.row(r, sf, ss), scales_.zp_row(r), nullptr, spec_, out);
+  }
+  static void values_to_f32(DType d, const std::byte* v, uint64_t n, float* x) {
+    if (d == DType::I8)
+      for (uint64_t j = 0; j < n; ++j) x[j] = static_cast<float>(static_cast<int8_t>(v[j]));
+    else
+      for (uint64_t j = 0; j < n; ++j) x[j] = e4m3_lut()[static_cast<uint8_t>(v[j])];
+  }
+
+ private:
+  const Checkpoint::Impl& ck_;
+  const TensorPart& w_;
+  Scales scales_;
+  uint64_t cols_;
+  DequantSpec spec_;
+};
+
+// nvfp4 / mxfp4: E2M1 nibbles, row-major, even column in the low nibble (nvfp4/helpers.py).
+class Fp4Decoder final : public RowDecoder {
+ public:
+  Fp4Decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
+      : ck_(ck), packed_(need_part(ck, t, "weight_packed")), scales_(ck, t, rows, cols), cols_(cols),
+        spec_(spec_for(t, out, scales_.group_size())) {}
+  void row(uint64_t r, std::byte* out) const override {
+    thread_local std::vector<std::byte> sw, ss;
+    thread_local std::vector<float> sf;
+    auto w = ck_.bytes(packed_, r * cols_ / 2, cols_ / 2, sw);
+    codecs::dequant_nibble_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(w.data()), cols_,
+                                                        e2m1_lut().data(), scales_.row(r, sf, ss), nullptr, spec_, out);
+  }
+
+ private:
+  const Checkpoint::Impl& ck_;
+  const TensorPart& packed_;
+  Scales scales_;
+  uint64_t cols_;
+  DequantSpec spec_;
+};
+
+// mxfp6: every 3 bytes hold 4 E2M3 codes, code j = (b0 | b1<<8 | b2<<16) >> 6j (mxfp6/helpers.py).
+class Fp6Decoder final : public RowDecoder {
+ public:
+  Fp6Decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
+      : ck_(ck), packed_(need_part(ck, t, "weight_packed")), scales_(ck, t, rows, cols), cols_(cols),
+        spec_(spec_for(t, out, scales_.group_size())) {}
+  void row(uint64_t r, std::byte* out) const override {
+    thread_local std::vector<std::byte> sw, ss;
+    thread_local std::vector<float> sf, xf;
+    const uint64_t rb = cols_ / 4 * 3;
+    auto w = ck_.bytes(packed_, r * rb, rb, sw);
+    xf.resize(cols_);
+    for (uint64_t k = 0; k < cols_ / 4; ++k) {
+      const auto* b = reinterpret_cast<const uint8_t*>(w.data()) + 3 * k;
+      const uint32_t word = b[0] | (uint32_t(b[1]) << 8) | (uint32_t(b[2]) << 16);
+      for (unsigned j = 0; j < 4; ++j) xf[4 * k + j] = codecs::e2m3_to_f32(static_cast<uint8_t>((word >> (6 * j)) & 0x3F));
+    }
+    codecs::dequant_f32_row(xf.data(), cols_, scales_.row(r, sf, ss), nullptr, nullptr, spec_, out);
+  }
+
+ private:
+  const Checkpoint::Impl& ck_;
+  const TensorPart& packed_;
+  Scales scales_;
+  uint64_t cols_;
+  DequantSpec spec_;
+};
+
+// sparse-bitmask / sparse-24-bitmask (0.12 sparse_compressors): values in row-major order, one
+// LSB-first mask bit per element; optionally the values are quantized (stacked formats).
+class SparseDecoder final : public RowDecoder {
+ public:
+  SparseDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
+      : ck_(ck), t_(t), values_(need_part(ck, t, "compressed")), mask_(need_part(ck, t, "bitmask")), cols_(cols),
+        out_(out), vsz_(dtype_bits(values_.dtype) / 8), mbytes_((cols + 7) / 8) {
+    if (!t.quantized && values_.dtype != out && !(is_float_output(values_.dtype) && is_float_output(out)))
+      fail(ck, t, ErrorKind::unsupported,
+           "cannot convert " + std::string(dtype_name(values_.dtype)) + " values to " + std::string(dtype_name(out)));
+    // Prefix sums of per-row popcounts: where each row's values start. They must add up to the
+    // stored value count, agree with row_offsets when present, and be 2 per 4 for 2:4.
+    std::vector<std::byte> scratch;
+    auto m = ck.bytes(mask_, 0, mask_.nbytes, scratch);
+    mask_copy_.assign(m.begin(), m.end());
+    start_.resize(rows + 1);
+    const auto* mb = reinterpret_cast<const uint8_t*>(mask_copy_.data());
+    for (uint64_t r = 0; r < rows; ++r) {
+      if (!codecs::bitmask_padding_clear(mb + r * mbytes_, cols))
+        fail(ck, t, ErrorKind::corrupt_tensor, "bitmask row " + std::to_string(r) + " has bits set past column " + std::to_string(cols));
+      const uint64_t n = codecs::bitmask_row_popcount(mb + r * mbytes_, cols);
+      if (t.format == Format::sparse_24_bitmask && n != cols / 2)
+        fail(ck, t, ErrorKind::corrupt_tensor, "2:4 bitmask row " + std::to_string(r) + " keeps " + std::to_string(n) +
+                                                   " values, not " + std::to_string(cols / 2));
+      start_[r + 1] = start_[r] + n;
+    }
+    const uint64_t stored = values_.nbytes / vsz_;
+    if (start_[rows] != stored)
+      fail(ck, t, ErrorKind::corrupt_tensor, "bitmask has " + std::to_string(start_[rows]) + " set bits but " +
+                                                 std::to_string(stored) + " values are stored");
+    if (const TensorPart* ro = t.part("row_offsets")) {
+      std::vector<std::byte> raw(ro->nbytes);
+      ck.file_of(*ro).read_at(ro->offset, raw);
+      for (uint64_t r = 0; r < rows; ++r) {
+        int64_t v;
+        std::memcpy(&v, raw.data() + 8 * r, 8);
+        if (v < 0 || static_cast<uint64_t>(v) != start_[r])
+          fail(ck, t, ErrorKind::corrupt_tensor, "row_offsets[" + std::to_string(r) + "] = " + std::to_string(v) +
+                                                     " but the bitmask puts that row at " + std::to_string(start_[r]));
+      }
+    }
+    expand_ = codecs::bitmask_expand_kernel(static_cast<unsigned>(vsz_), codecs::active_isa());
+    if (!expand_) fail(ck, t, ErrorKind::unsupported, "sparse values of dtype " + std::string(dtype_name(values_.dtype)));
+    if (t.quantized) scales_ = std::make_unique<Scales>(ck, t, rows, cols);
+    if (!t.quantized && values_.dtype != out) convert_ = codecs::convert_kernel(values_.dtype, out, codecs::active_isa());
+  }
+  void row(uint64_t r, std::byte* out) const override {
+    thread_local std::vector<std::byte> sv, dense, ss;
+    thread_local std::vector<float> sf, xf;
+    const uint64_t n = start_[r + 1] - start_[r];
+    auto v = ck_.bytes(values_, start_[r] * vsz_, n * vsz_, sv);
+    const auto* mask = reinterpret_cast<const uint8_t*>(mask_copy_.data()) + r * mbytes_;
+    if (!t_.quantized && !convert_) {
+      expand_(mask, v.data(), cols_, out);
+      return;
+    }
+    dense.resize(cols_ * vsz_);
+    expand_(mask, v.data(), cols_, dense.data());
+    if (!t_.quantized) {
+      convert_(dense.data(), out, cols_);
+      return;
+    }
+    xf.resize(cols_);
+    NaiveDecoder::values_to_f32(values_.dtype, dense.data(), cols_, xf.data());
+    const DequantSpec spec = spec_for(t_, out_, scales_->group_size());
+    codecs::dequant_f32_row(xf.data(), cols_, scales_->row(r, sf, ss), scales_->zp_row(r), nullptr, spec, out);
+  }
+
+ private:
+  const Checkpoint::Impl& ck_;
+  const TensorInfo& t_;
+  const TensorPart& values_;
+  const TensorPart& mask_;
+  uint64_t cols_;
+  DType out_;
+  uint64_t vsz_, mbytes_;
+  std::vector<std::byte> mask_copy_;
+  std::vector<uint64_t> start_;
+  codecs::BitmaskExpandFn expand_ = nullptr;
+  codecs::ConvertFn convert_ = nullptr;
+  std::unique_ptr<Scales> scales_;
+};
+
+}  // namespace
+
+std::unique_ptr<RowDecoder> make_decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out) {
+  if (t.quantized && !is_float_output(out))
+    fail(ck, t, ErrorKind::unsupported,
+         "a quantized weight decodes to BF16, F16 or F32, not " + std::string(dtype_name(out)) + "; use read_part()");
+  const uint64_t cols = t.shape.empty() ? 1 : t.shape.back();
+  const uint64_t rows = cols ? t.numel() / cols : 0;
+  switch (t.format) {
+    case Format::sparse_bitmask:
+    case Format::sparse_24_bitmask: return std::make_unique<SparseDecoder>(ck, t, out, rows, cols);
+    case Format::pack_quantized: return std::make_unique<PackedIntDecoder>(ck, t, out, rows, cols);
+    case Format::naive_quantized:
+    case Format::int_quantized:
+    case Format::float_quantized:
+    case Format::mxfp8_quantized: return std::make_unique<NaiveDecoder>(ck, t, out, rows, cols);
+    case Format::nvfp4_pack_quantized:
+    case Format::mxfp4_pack_quantized: return std::make_unique<Fp4Decoder>(ck, t, out, rows, cols);
+    case Format::mxfp6_pack_quantized: return std::make_unique<Fp6Decoder>(ck, t, out, rows, cols);
+    case Format::marlin_24:
+      fail(ck, t, ErrorKind::unsupported,
+           "marlin-24 stores Marlin GPU tiles; compressed-tensors itself cannot decompress it. "
+           "Use part_view()/read_part() to pass the packed parts to a Marlin kernel");
+    case Format::dense: break;
+  }
+  fail(ck, t, ErrorKind::unsupported, "no decoder for format " + std::string(format_name(t.format)));
+}
+
+}  // namespace ctstream::reader

@@ -1,0 +1,27 @@
+// reader — row-wise decode of compressed 2-D weights (rows = product of all but the last dim).
+// A RowDecoder knows one format; run_rows handles slicing, the caller-buffer contract and
+// splitting rows across threads.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "reader/internal.hpp"
+
+namespace ctstream::reader {
+
+class RowDecoder {
+ public:
+  virtual ~RowDecoder() = default;
+  /// Writes row r (all columns) to `out` in the output dtype. Called concurrently.
+  virtual void row(uint64_t r, std::byte* out) const = 0;
+};
+
+uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
+                  const SliceGeom& g, const std::optional<Slice>& slice, const RowDecoder& dec);
+
+/// Builds the decoder for a compressed tensor (validating the data it needs up front:
+/// bitmask popcounts, zero points, g_idx). Throws Error{corrupt_tensor / unsupported}.
+std::unique_ptr<RowDecoder> make_decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out_dtype);
+
+}  // namespace ctstream::reader

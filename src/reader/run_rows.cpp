@@ -1,0 +1,49 @@
+#include <cstring>
+
+#include "reader/rows.hpp"
+
+namespace ctstream::reader {
+namespace {
+constexpr uint64_t kTaskBytes = 256u << 10;  // output bytes per parallel task
+}
+
+uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
+                  const SliceGeom& g, const std::optional<Slice>& slice, const RowDecoder& dec) {
+  const uint64_t C = t.shape.empty() ? 1 : t.shape.back();
+  const uint64_t osz = dtype_bits(out_dtype) / 8;
+  const uint64_t need = g.out_elems() * osz;
+  if (out.size() < need)
+    fail(ck, t, ErrorKind::buffer_too_small,
+         "output holds " + std::to_string(out.size()) + " bytes, decode needs " + std::to_string(need));
+  if (need == 0) return 0;
+  for (const auto& p : t.parts) ck.guard(p);
+  const unsigned threads = need >= 4 * kTaskBytes ? ck.threads() : 1;
+
+  if (slice && t.shape.size() >= 2 && slice->dim == t.shape.size() - 1) {
+    // Column slice: decode whole rows into scratch, keep [start, start + len).
+    const uint64_t rows = g.outer;
+    const uint64_t per = std::max<uint64_t>(1, kTaskBytes / (C * osz));
+    parallel_for((rows + per - 1) / per, threads, [&](size_t task) {
+      thread_local std::vector<std::byte> row;
+      row.resize(C * osz);
+      for (uint64_t r = task * per; r < std::min(rows, (task + 1) * per); ++r) {
+        dec.row(r, row.data());
+        std::memcpy(out.data() + r * g.len * osz, row.data() + g.start * osz, g.len * osz);
+      }
+    });
+    return need;
+  }
+  // Whole rows: runs of rows [first, first + n) for each outer index of a leading-dim slice.
+  const uint64_t rows_per_outer = g.len * g.inner / C;
+  const uint64_t per = std::max<uint64_t>(1, kTaskBytes / (C * osz));
+  const uint64_t tasks_per_outer = (rows_per_outer + per - 1) / per;
+  parallel_for(g.outer * tasks_per_outer, threads, [&](size_t task) {
+    const uint64_t o = task / tasks_per_outer, c = task % tasks_per_outer;
+    const uint64_t first = (o * g.dim + g.start) * g.inner / C;
+    for (uint64_t i = c * per; i < std::min(rows_per_outer, (c + 1) * per); ++i)
+      dec.row(first + i, out.data() + (o * rows_per_outer + i) * C * osz);
+  });
+  return need;
+}
+
+}  // namespace ctstream::reader
