@@ -352,6 +352,15 @@ std::vector<TensorInfo> Grouper::run() {
   std::set<const RawTensor*> used;
   std::vector<TensorInfo> out;
   for (const auto& [p, m] : mods) {
+    // Parts that only make sense together: an incomplete set is a damaged checkpoint, not a
+    // bunch of dense tensors to pass through.
+    const bool sparse_any = m.get("compressed") || m.get("bitmask") || m.get("row_offsets");
+    if (sparse_any && !(m.get("compressed") && m.get("bitmask"))) {
+      const RawTensor& r = *(m.get("compressed") ? m.get("compressed") : m.get("bitmask") ? m.get("bitmask") : m.get("row_offsets"));
+      fail(r, p + ".weight", std::string("incomplete sparse tensor: '") + p + (m.get("compressed") ? ".bitmask" : ".compressed") + "' is missing");
+    }
+    if (const RawTensor* ws = m.get("weight_shape"); ws && !m.get("weight_packed"))
+      fail(*ws, p + ".weight", "weight_shape without weight_packed: the packed weight is missing");
     if (m.get("compressed") && m.get("bitmask")) {
       out.push_back(sparse_tensor(p, m, used));
     } else if (m.get("weight_packed")) {
