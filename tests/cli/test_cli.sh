@@ -45,6 +45,25 @@ for dt in "" bf16 fp16 fp32; do
     if "$PY" "$ROOT/tests/cli/check_decompress.py" "$FIX/st/sharded" "$out" "${dt:-native}"; then ok; else bad "python check of decompress $dt"; fi
   fi
 done
+# Compressed checkpoints from both library lines: verify, then decompress and compare with the
+# library's own decompression (expected files written by gen_compressed.py).
+for case in v020_pack_w4_g128_asym_bf16 v020_pack_w3_g16_asym_bf16 v020_nvfp4a16_fp16 v020_mxfp6a16_fp32 \
+            v020_fp8_block128_colsragged_bf16 v020_mixed_int4g32_fp8ch_bf16 v012_sparse_bitmask_fp16 \
+            v012_sparse24_fp8_bf16 v012_pack_w4_g32_actorder_bf16 v012_pack_w5_g32_sym_bf16; do
+  expect_rc 0 "verify $case" "$CT" verify "$FIX/ct/$case"
+  for dt in bf16 fp16 fp32; do
+    out="$TMP/${case}_$dt.safetensors"
+    expect_rc 0 "decompress $case $dt" "$CT" decompress "$FIX/ct/$case" "$out" --dtype $dt
+    if [ -x "$PY" ]; then
+      if "$PY" "$ROOT/tests/cli/check_ct_decompress.py" "$out" "$FIX/ct/$case/expected/expected_$dt.safetensors" >/dev/null; then ok
+      else bad "decompress $case --dtype $dt differs from compressed-tensors"; fi
+    fi
+  done
+done
+expect_rc 0 "inspect marlin" "$CT" inspect "$FIX/ct/v012_marlin24_w4_g128_bf16"
+grep -q "marlin-24" "$TMP/out" && ok || bad "inspect does not name marlin-24"
+expect_rc 1 "verify marlin (decode unsupported)" "$CT" verify "$FIX/ct/v012_marlin24_w4_g128_bf16"
+
 [ -x "$PY" ] || echo "note: $PY missing (run tools/setup_python.sh); Python cross-checks skipped"
 ls "$TMP" | grep -q '\.tmp\.' && bad "temporary file left behind" || ok
 
