@@ -15,6 +15,8 @@ void usage() {
                "  decompress PATH OUT.safetensors [--dtype bf16|fp16|fp32]\n"
                "                                             decode everything into a plain safetensors file\n"
                "  verify PATH                                decode everything, report problems (exit 1 on any)\n"
+               "  bench PATH [--dtype bf16] [--repeat K] [--cold] [--json]\n"
+               "                                             load every tensor into a reused buffer: GB/s, peak RSS\n"
                "  demo [DIR]                                 generate a small Llama-shaped model, stream it back\n\n"
                "common options: --pread (positional reads instead of mmap), --threads N\n"
                "PATH is a .safetensors file or a model directory (with or without an index).\n",
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
     if (cmd == "decompress") return cli::cmd_decompress(argc, argv);
     if (cmd == "verify") return cli::cmd_verify(argc, argv);
     if (cmd == "demo") return cli::cmd_demo(argc, argv);
+    if (cmd == "bench") return cli::cmd_bench(argc, argv);
     if (cmd == "--version" || cmd == "version") {
       std::printf("ctstream %s (ISA %s)\n", ctstream::version_string, ctstream::active_isa());
       return 0;

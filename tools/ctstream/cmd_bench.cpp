@@ -1,0 +1,97 @@
+// ctstream bench PATH [--threads N] [--dtype bf16|fp16|fp32] [--repeat K] [--cold] [--pread] [--json]
+// Loads every tensor into one reused caller buffer (as an engine copying into its parameters
+// would) and reports output GB/s, time to first tensor, total time and peak RSS (getrusage).
+#include <omp.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "cli.hpp"
+
+namespace cli {
+
+int cmd_bench(int argc, char** argv) {
+  Args a = parse(argc, argv, 2, {"--json", "--pread", "--cold"}, {"--threads", "--dtype", "--repeat"});
+  if (a.pos.size() != 1) throw std::invalid_argument("bench needs exactly one PATH");
+  const ctstream::DType out = parse_dtype(a.get("--dtype", "bf16"));
+  const int repeat = std::max(1, std::stoi(a.get("--repeat", "1")));
+  const bool tty = stdout_is_terminal() && !a.has("--json");
+
+  const double t_open0 = now_seconds();
+  auto ckpt = ctstream::Checkpoint::open(a.pos[0], open_options(a));
+  const double t_open = now_seconds() - t_open0;
+  uint64_t largest = 0;
+  for (const auto& t : ckpt.tensors()) largest = std::max(largest, t.decoded_bytes(out));
+  std::vector<std::byte> buf(largest);
+  std::memset(buf.data(), 0, buf.size());  // the caller's buffer exists before loading starts
+
+  struct Stat {
+    uint64_t tensors = 0, in = 0, out = 0;
+    double secs = 0;
+  };
+  std::map<std::string, Stat> by_format;
+  double best = 1e300, first_tensor = 0;
+  uint64_t out_bytes = 0, in_bytes = 0;
+  for (int it = 0; it < repeat; ++it) {
+    if (a.has("--cold"))
+      for (const auto& t : ckpt.tensors()) ckpt.release(t);  // drop this process's pages and the page cache's
+    by_format.clear();
+    out_bytes = in_bytes = 0;
+    const double t0 = now_seconds();
+    size_t i = 0;
+    for (const auto& t : ckpt.tensors()) {
+      const ctstream::DType d = t.format == ctstream::Format::dense && !ctstream::is_float_output(t.dtype) ? t.dtype : out;
+      const double s = now_seconds();
+      const uint64_t n = ckpt.decode_into(t, buf, d);
+      const double e = now_seconds();
+      if (it == 0 && i == 0) first_tensor = (e - t_open0);
+      auto& st = by_format[std::string(ctstream::format_name(t.format))];
+      st.tensors++, st.in += t.stored_bytes(), st.out += n, st.secs += e - s;
+      out_bytes += n, in_bytes += t.stored_bytes();
+      if (tty && (++i % 16 == 0 || i == ckpt.tensors().size())) {
+        std::printf("\rpass %d/%d: %zu/%zu tensors", it + 1, repeat, i, ckpt.tensors().size());
+        std::fflush(stdout);
+      }
+    }
+    best = std::min(best, now_seconds() - t0);
+  }
+  if (tty) std::printf("\n");
+  const uint64_t rss = peak_rss_bytes();
+  const unsigned threads = ckpt.options().threads ? ckpt.options().threads : static_cast<unsigned>(omp_get_max_threads());
+  if (a.has("--json")) {
+    nlohmann::ordered_json j;
+    j["path"] = a.pos[0];
+    j["isa"] = ctstream::active_isa();
+    j["threads"] = threads;
+    j["dtype"] = std::string(ctstream::dtype_name(out));
+    j["tensors"] = ckpt.tensors().size();
+    j["stored_bytes"] = in_bytes;
+    j["output_bytes"] = out_bytes;
+    j["open_seconds"] = t_open;
+    j["first_tensor_seconds"] = first_tensor;
+    j["load_seconds"] = best;
+    j["output_gbps"] = out_bytes / best / 1e9;
+    j["peak_rss_bytes"] = rss;
+    for (const auto& [f, st] : by_format)
+      j["formats"][f] = {{"tensors", st.tensors}, {"stored_bytes", st.in}, {"output_bytes", st.out},
+                         {"seconds", st.secs}, {"output_gbps", st.secs > 0 ? st.out / st.secs / 1e9 : 0.0}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%s: %zu tensors, stored %s -> %s %s; ISA %s, threads %u\n", a.pos[0].c_str(), ckpt.tensors().size(),
+              human_bytes(in_bytes).c_str(), human_bytes(out_bytes).c_str(),
+              std::string(ctstream::dtype_name(out)).c_str(), ctstream::active_isa(), threads);
+  std::printf("open %.2f ms, first tensor %.2f ms after open started, load %.3f s (best of %d) = %.2f GB/s output, "
+              "peak RSS %s\n",
+              t_open * 1e3, first_tensor * 1e3, best, repeat, out_bytes / best / 1e9, human_bytes(rss).c_str());
+  std::printf("%-22s %8s %12s %12s %10s\n", "format", "tensors", "stored", "output", "GB/s");
+  for (const auto& [f, st] : by_format)
+    std::printf("%-22s %8llu %12s %12s %10.2f\n", f.c_str(), static_cast<unsigned long long>(st.tensors),
+                human_bytes(st.in).c_str(), human_bytes(st.out).c_str(), st.secs > 0 ? st.out / st.secs / 1e9 : 0.0);
+  return 0;
+}
+
+}  // namespace cli
