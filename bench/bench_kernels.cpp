@@ -8,7 +8,9 @@
 #include <random>
 #include <vector>
 
+#include "codecs/bitmask.hpp"
 #include "codecs/convert.hpp"
+#include "codecs/dequant.hpp"
 #include "codecs/half.hpp"
 
 using namespace ctstream;
@@ -17,6 +19,7 @@ using codecs::Isa;
 namespace {
 
 constexpr size_t kRows = 4096, kCols = 4096, kN = kRows * kCols;
+constexpr size_t kColsWide = 14336;  // MLP weight width (e.g. 4096 x 14336)
 
 // Splits [0, n) into `threads` contiguous parts and runs fn(begin, count) on each.
 template <class F>
@@ -84,11 +87,75 @@ void BM_convert(benchmark::State& st, DType src, DType dst, Isa isa) {
   st.SetLabel(codecs::isa_name(isa));
 }
 
+// Fused int4 dequant of a rows x cols weight, group size 128, bf16 scales (as f32, one per row
+// and group), optional integer zero points: one kernel call per row, rows split across threads.
+void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_zp, DType natural, DType dst, Isa isa) {
+  const int threads = static_cast<int>(st.range(0));
+  if (!codecs::isa_supported(isa)) {
+    st.SkipWithError("ISA not supported");
+    return;
+  }
+  constexpr size_t kGroup = 128;
+  const size_t groups = (cols + kGroup - 1) / kGroup;
+  std::mt19937 rng(2);
+  std::vector<uint8_t> packed(rows * cols / 2);
+  for (auto& b : packed) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> sd(0.001f, 0.02f);
+  std::vector<float> scale(rows * groups), zp(with_zp ? rows * groups : 0), lut(16);
+  for (auto& s : scale) s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(sd(rng)))));
+  for (auto& z : zp) z = static_cast<float>(rng() % 16);
+  for (int i = 0; i < 16; ++i) lut[i] = static_cast<float>(i - 8);
+  const size_t osz = dtype_bits(dst) / 8;
+  std::vector<std::byte> out(rows * cols * osz);
+  const codecs::DequantSpec spec{natural, dst, kGroup};
+  const auto fn = codecs::dequant_nibble_kernel(isa);
+  for (auto _ : st) {
+    split(threads, rows, [&](size_t b, size_t n) {
+      for (size_t r = b; r < b + n; ++r)
+        fn(packed.data() + r * cols / 2, cols, lut.data(), scale.data() + r * groups,
+           with_zp ? zp.data() + r * groups : nullptr, spec, out.data() + r * cols * osz);
+    });
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * out.size()));  // output bytes
+  st.SetLabel(codecs::isa_name(isa));
+}
+
+// Sparse-bitmask bf16 (each element kept with probability 1/2) expanded to a dense 4096 x 4096
+// bf16 row by row, rows split across threads.
+void BM_bitmask_bf16(benchmark::State& st, Isa isa) {
+  const int threads = static_cast<int>(st.range(0));
+  if (!codecs::isa_supported(isa)) {
+    st.SkipWithError("ISA not supported");
+    return;
+  }
+  const size_t mrow = kCols / 8;
+  std::mt19937_64 rng(3);
+  std::vector<uint8_t> mask(kRows * mrow);
+  for (auto& b : mask) b = static_cast<uint8_t>(rng());
+  std::vector<size_t> offset(kRows + 1, 0);  // first value of each row
+  for (size_t r = 0; r < kRows; ++r)
+    offset[r + 1] = offset[r] + codecs::bitmask_row_popcount(mask.data() + r * mrow, kCols);
+  const auto values = random_floats(DType::BF16, offset[kRows]);
+  std::vector<std::byte> out(kN * 2);
+  const auto fn = codecs::bitmask_expand_kernel(2, isa);
+  for (auto _ : st) {
+    split(threads, kRows, [&](size_t b, size_t n) {
+      for (size_t r = b; r < b + n; ++r)
+        fn(mask.data() + r * mrow, values.data() + 2 * offset[r], kCols, out.data() + r * kCols * 2);
+    });
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * out.size()));  // output bytes
+  st.SetLabel(codecs::isa_name(isa));
+}
+
 }  // namespace
 
 // Reference rooflines for each output size the codecs write (fp32 and 16-bit outputs).
-BENCHMARK(BM_memcpy)->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4)}, {1, 2}})->UseRealTime();
-BENCHMARK(BM_memset)->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4)}, {1, 2}})->UseRealTime();
+// Sizes: 4096x4096 16-bit and f32 outputs, and the 4096x14336 16-bit output of the dequant bench.
+BENCHMARK(BM_memcpy)->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows * kColsWide * 2)}, {1, 2}})->UseRealTime();
+BENCHMARK(BM_memset)->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows * kColsWide * 2)}, {1, 2}})->UseRealTime();
 
 #define CONVERT_BENCH(NAME, S, D)                                                                         \
   BENCHMARK_CAPTURE(BM_convert, NAME##_scalar, DType::S, DType::D, Isa::scalar)->Arg(1)->Arg(2)->UseRealTime(); \
@@ -99,5 +166,24 @@ CONVERT_BENCH(f32_to_bf16, F32, BF16)
 CONVERT_BENCH(f16_to_f32, F16, F32)
 CONVERT_BENCH(f32_to_f16, F32, F16)
 CONVERT_BENCH(f16_to_bf16, F16, BF16)
+
+// int4 group-128 -> bf16 (bf16 scales: natural = out = BF16), 4096x4096 and 4096x14336, with and
+// without zero points; plus the f32 output and the f16 scales/output variants on 4096x4096.
+#define DEQUANT_BENCH_ISA(NAME, R, C, ZP, NAT, D, ISA) \
+  BENCHMARK_CAPTURE(BM_dequant_int4, NAME##_##ISA, R, C, ZP, DType::NAT, DType::D, Isa::ISA)->Arg(1)->Arg(2)->UseRealTime();
+#define DEQUANT_BENCH(NAME, R, C, ZP, NAT, D)        \
+  DEQUANT_BENCH_ISA(NAME, R, C, ZP, NAT, D, scalar) \
+  DEQUANT_BENCH_ISA(NAME, R, C, ZP, NAT, D, avx2)   \
+  DEQUANT_BENCH_ISA(NAME, R, C, ZP, NAT, D, avx512)
+DEQUANT_BENCH(int4_g128_bf16_4096x4096, kRows, kCols, false, BF16, BF16)
+DEQUANT_BENCH(int4_g128_zp_bf16_4096x4096, kRows, kCols, true, BF16, BF16)
+DEQUANT_BENCH(int4_g128_bf16_4096x14336, kRows, kColsWide, false, BF16, BF16)
+DEQUANT_BENCH(int4_g128_zp_bf16_4096x14336, kRows, kColsWide, true, BF16, BF16)
+DEQUANT_BENCH(int4_g128_bf16_to_f32_4096x4096, kRows, kCols, false, BF16, F32)
+DEQUANT_BENCH(int4_g128_f16_4096x4096, kRows, kCols, false, F16, F16)
+
+BENCHMARK_CAPTURE(BM_bitmask_bf16, sparse50_4096x4096_scalar, Isa::scalar)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK_CAPTURE(BM_bitmask_bf16, sparse50_4096x4096_avx2, Isa::avx2)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK_CAPTURE(BM_bitmask_bf16, sparse50_4096x4096_avx512, Isa::avx512)->Arg(1)->Arg(2)->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -94,10 +94,12 @@ class Checkpoint {
   const std::string& config_json() const noexcept;
   const OpenOptions& options() const noexcept;
 
-  /// Hint that these tensors will be decoded soon (readahead), and that this one is done
-  /// (its pages may be dropped from the process). Both are advisory.
+  /// Hint that this tensor will be decoded soon (readahead). Advisory.
   void will_need(const TensorInfo& t) const;
-  void release(const TensorInfo& t) const;
+  /// Hint that this tensor is done: its mapped pages leave the process (RSS). With
+  /// `drop_page_cache` they are evicted from the OS page cache as well (cold-start measurements;
+  /// other processes reading the same files then re-read them from disk). Advisory.
+  void release(const TensorInfo& t, bool drop_page_cache = false) const;
 
   struct Impl;  ///< opaque; defined in src/ only
 

@@ -5,5 +5,6 @@
 #include "ctstream/dtype.hpp"
 #include "ctstream/error.hpp"
 #include "ctstream/safetensors_writer.hpp"
+#include "ctstream/stream.hpp"
 #include "ctstream/tensor.hpp"
 #include "ctstream/version.hpp"

@@ -60,8 +60,8 @@ class PreadFile final : public File {
   void will_need(uint64_t offset, uint64_t n) const noexcept override {
     ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
   }
-  void release(uint64_t offset, uint64_t n) const noexcept override {
-    ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
+  void release(uint64_t offset, uint64_t n, bool drop_cache) const noexcept override {
+    if (drop_cache) ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
   }
  private:
   Fd fd_;
@@ -78,10 +78,10 @@ class MappedFile final : public File {
   }
   ~MappedFile() override { if (base_) ::munmap(base_, size_); }
 
-  void read_at(uint64_t offset, std::span<std::byte> out) const override {
-    guard(offset + out.size());
-    std::memcpy(out.data(), base_ + offset, out.size());
-  }
+  // Copies go through pread even here: the kernel copies from the page cache without mapping
+  // the pages into this process (RSS stays flat) and a truncated file gives a short read, not
+  // SIGBUS. The mapping serves zero-copy views and the row-wise compressed decoders.
+  void read_at(uint64_t offset, std::span<std::byte> out) const override { pread_all(fd_.get(), path_, offset, out); }
   std::span<const std::byte> view(uint64_t offset, uint64_t n) const override { return {base_ + offset, n}; }
   void guard(uint64_t end) const override {
     uint64_t now = current_size(fd_.get(), path_);
@@ -91,9 +91,9 @@ class MappedFile final : public File {
                       "); refusing to touch the mapping past its end");
   }
   void will_need(uint64_t offset, uint64_t n) const noexcept override { advise(offset, n, MADV_WILLNEED); }
-  void release(uint64_t offset, uint64_t n) const noexcept override {
+  void release(uint64_t offset, uint64_t n, bool drop_cache) const noexcept override {
     advise(offset, n, MADV_DONTNEED);
-    ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
+    if (drop_cache) ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
   }
 
  private:

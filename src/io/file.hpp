@@ -40,8 +40,10 @@ class File {
   virtual void guard(uint64_t end) const = 0;
   /// Advisory: start reading this range (MADV_WILLNEED / POSIX_FADV_WILLNEED).
   virtual void will_need(uint64_t offset, uint64_t n) const noexcept = 0;
-  /// Advisory: this range is consumed; drop its pages from the process / page cache.
-  virtual void release(uint64_t offset, uint64_t n) const noexcept = 0;
+  /// Advisory: this range is consumed; unmap its pages from the process (RSS) and, with
+  /// `drop_cache`, evict them from the page cache too (cold-start benchmarks; it costs other
+  /// readers of the same file, e.g. tensor-parallel ranks, a re-read).
+  virtual void release(uint64_t offset, uint64_t n, bool drop_cache) const noexcept = 0;
 
  protected:
   File(std::string path, uint64_t size, Mode mode) : path_(std::move(path)), size_(size), mode_(mode) {}

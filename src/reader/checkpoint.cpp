@@ -164,8 +164,8 @@ const OpenOptions& Checkpoint::options() const noexcept { return impl_->opt; }
 void Checkpoint::will_need(const TensorInfo& t) const {
   for (const auto& p : t.parts) impl_->file_of(p).will_need(p.offset, p.nbytes);
 }
-void Checkpoint::release(const TensorInfo& t) const {
-  for (const auto& p : t.parts) impl_->file_of(p).release(p.offset, p.nbytes);
+void Checkpoint::release(const TensorInfo& t, bool drop_page_cache) const {
+  for (const auto& p : t.parts) impl_->file_of(p).release(p.offset, p.nbytes, drop_page_cache);
 }
 
 }  // namespace ctstream

@@ -30,9 +30,7 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const TensorInfo& t, std::span
   if (need == 0) return 0;
   ck.guard(p);
   if (src_bits % 8 != 0) {  // whole sub-byte tensor, copied as stored
-    std::vector<std::byte> scratch;
-    auto b = ck.bytes(p, 0, p.nbytes, scratch);
-    std::memcpy(out.data(), b.data(), p.nbytes);
+    ck.file_of(p).read_at(p.offset, out.first(p.nbytes));
     return p.nbytes;
   }
   const uint64_t in_sz = src_bits / 8, out_sz = dtype_bits(out_dtype) / 8;
@@ -40,7 +38,9 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const TensorInfo& t, std::span
   const uint64_t chunk = std::max<uint64_t>(1, kChunkBytes / in_sz);
   const uint64_t per_run = (run + chunk - 1) / chunk;
   const uint64_t tasks = g.outer * per_run;
-  const bool direct_read = !convert && ck.file_of(p).mode() == io::Mode::pread;
+  // Plain copies are read straight into the caller's memory (pread: no pages mapped into the
+  // process); conversions read 1 MiB chunks into per-thread scratch.
+  const bool direct_read = !convert;
   const codecs::ConvertFn fn = convert ? codecs::convert_kernel(src, out_dtype, codecs::active_isa()) : nullptr;
   const unsigned threads = need >= 4 * kChunkBytes ? ck.threads() : 1;
   parallel_for(tasks, threads, [&](size_t task) {
@@ -53,9 +53,9 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const TensorInfo& t, std::span
       return;
     }
     thread_local std::vector<std::byte> scratch;
-    auto b = ck.bytes(p, src_elem * in_sz, count * in_sz, scratch);
-    if (fn) fn(b.data(), dst, count);
-    else std::memcpy(dst, b.data(), count * in_sz);
+    scratch.resize(count * in_sz);
+    ck.file_of(p).read_at(p.offset + src_elem * in_sz, scratch);
+    fn(scratch.data(), dst, count);
   });
   return need;
 }

@@ -1,2 +1,219 @@
 // Bitmask-expand and fused nibble-dequant kernels: every SIMD path against the scalar reference.
+// Inputs the kernels read (mask, values, packed codes, scales, zero points) are placed so that
+// they end exactly at a PROT_NONE page: reading one byte more than the scalar kernel does faults.
+// Outputs carry a sentinel tail: writing past `cols` elements fails the comparison.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "codecs/bitmask.hpp"
+#include "codecs/dequant.hpp"
+#include "codecs/half.hpp"
+#include "codecs/minifloat.hpp"
+#include "ctstream/dtype.hpp"
+
+using namespace ctstream;
+using codecs::Isa;
+
+namespace {
+
+std::vector<Isa> simd_isas() {
+  std::vector<Isa> v;
+  for (Isa i : {Isa::avx2, Isa::avx512})
+    if (codecs::isa_supported(i)) v.push_back(i);
+  return v;
+}
+
+// `bytes` bytes of copied data ending exactly where a PROT_NONE page begins.
+class Guarded {
+ public:
+  Guarded(const void* data, size_t bytes) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    map_len_ = ((bytes + page - 1) / page + 1) * page;
+    void* p = mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(p != MAP_FAILED);
+    base_ = static_cast<unsigned char*>(p);
+    REQUIRE(mprotect(base_ + map_len_ - page, page, PROT_NONE) == 0);
+    ptr_ = base_ + map_len_ - page - bytes;
+    if (bytes) std::memcpy(ptr_, data, bytes);
+  }
+  ~Guarded() { munmap(base_, map_len_); }
+  Guarded(const Guarded&) = delete;
+  Guarded& operator=(const Guarded&) = delete;
+  template <class T>
+  const T* get() const {
+    return reinterpret_cast<const T*>(ptr_);
+  }
+
+ private:
+  unsigned char* base_ = nullptr;
+  unsigned char* ptr_ = nullptr;
+  size_t map_len_ = 0;
+};
+
+const size_t kBitmaskCols[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 257, 4099};
+
+}  // namespace
+
+TEST_CASE("SIMD bitmask expand equals the scalar reference", "[codecs][simd]") {
+  std::mt19937_64 rng(20240611);
+  for (unsigned esz : {1u, 2u, 4u}) {
+    const auto ref = codecs::bitmask_expand_kernel(esz, Isa::scalar);
+    for (double density : {0.0, 0.1, 0.5, 0.9, 1.0}) {
+      std::bernoulli_distribution bit(density);
+      for (size_t cols : kBitmaskCols) {
+        const size_t mbytes = (cols + 7) / 8;
+        std::vector<uint8_t> mask(mbytes, 0);
+        for (size_t j = 0; j < cols; ++j)
+          if (bit(rng)) mask[j / 8] |= static_cast<uint8_t>(1u << (j % 8));
+        if (cols % 8) mask[mbytes - 1] |= static_cast<uint8_t>(rng() << (cols % 8));  // padding bits are ignored
+        const uint64_t count = codecs::bitmask_row_popcount(mask.data(), cols);
+        std::vector<unsigned char> values(count * esz);
+        for (auto& b : values) b = static_cast<unsigned char>(rng() | 1);  // non-zero, unlike the zero fill
+        const Guarded gmask(mask.data(), mask.size()), gvalues(values.data(), values.size());
+
+        std::vector<unsigned char> want(cols * esz + 64, 0xAB);
+        REQUIRE(ref(gmask.get<uint8_t>(), gvalues.get<void>(), cols, want.data()) == count);
+        for (Isa isa : simd_isas()) {
+          INFO(codecs::isa_name(isa) << " elem=" << esz << " density=" << density << " cols=" << cols);
+          std::vector<unsigned char> got(cols * esz + 64, 0xAB);
+          const auto fn = codecs::bitmask_expand_kernel(esz, isa);
+          REQUIRE(fn(gmask.get<uint8_t>(), gvalues.get<void>(), cols, got.data()) == count);
+          REQUIRE(std::memcmp(want.data(), got.data(), want.size()) == 0);  // incl. the untouched sentinel tail
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// Scales: ordinary magnitudes plus values that overflow (to Inf in f32, bf16 or f16), land in the
+// f16 / bf16 / f32 subnormal ranges, produce rounding ties, and the specials.
+float random_scale(std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  const uint32_t r = static_cast<uint32_t>(rng());
+  const float sign = (r & 1) ? -1.f : 1.f;
+  switch ((r >> 1) % 12) {
+    case 0: return sign * std::ldexp(1.f + u(rng), 126);           // x * lut overflows f32
+    case 1: return sign * (1e4f + 1e5f * u(rng));                  // f16 overflow / near max
+    case 2: return sign * std::ldexp(1.f + u(rng), -20 - int(rng() % 8));  // f16 subnormals
+    case 3: return sign * std::ldexp(1.f + u(rng), -130 - int(rng() % 14));  // bf16 / f32 subnormals
+    case 4: return codecs::f32_from_bits((static_cast<uint32_t>(rng()) & 0xFFFF0000u) | 0x8000u);  // bf16 ties
+    case 5: return codecs::f32_from_bits((static_cast<uint32_t>(rng()) & 0xFFFFE000u) | 0x1000u);  // f16 ties
+    case 6: {
+      const float specials[] = {0.f, -0.f, INFINITY, -INFINITY, NAN, 65504.f, 65520.f, 3.3895314e38f};
+      return specials[rng() % 8];
+    }
+    case 7: {  // NaNs with payloads (0x7FFFFFFF-like ones carry out of the mantissa if rounded naively)
+      const uint32_t payload = (rng() & 1) ? 0x7FFFFFu : (static_cast<uint32_t>(rng()) & 0x7FFFFFu) | 1u;
+      return codecs::f32_from_bits((r & 0x80000000u) | 0x7F800000u | payload);
+    }
+    default: return sign * 0.02f * u(rng);
+  }
+}
+
+std::vector<float> int4_lut() {
+  std::vector<float> v(16);
+  for (int i = 0; i < 16; ++i) v[i] = static_cast<float>(i - 8);
+  return v;
+}
+std::vector<float> fp4_lut() {
+  std::vector<float> v(16);
+  for (uint8_t i = 0; i < 16; ++i) v[i] = codecs::e2m1_to_f32(i);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("SIMD fused nibble dequant equals the scalar reference", "[codecs][simd]") {
+  std::mt19937_64 rng(7);
+  std::vector<float> rand_lut(16);
+  for (auto& f : rand_lut) f = std::normal_distribution<float>(0.f, 3.f)(rng);
+  const std::vector<std::vector<float>> luts = {int4_lut(), fp4_lut(), rand_lut};
+  const DType types[] = {DType::BF16, DType::F16, DType::F32};
+  const size_t col_list[] = {1, 2, 3, 5, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 100, 127, 128, 129, 255, 301, 1001};
+  const auto ref = codecs::dequant_nibble_kernel(Isa::scalar);
+  int calls = 0;
+  for (uint64_t gs : {uint64_t(1), uint64_t(3), uint64_t(16), uint64_t(24), uint64_t(32), uint64_t(100), uint64_t(128),
+                      uint64_t(0) /* = cols */}) {
+    for (size_t cols : col_list) {
+      const uint64_t g = gs ? gs : cols;
+      const size_t ngroups = (cols + g - 1) / g, nbytes = (cols + 1) / 2;
+      std::vector<uint8_t> packed(nbytes);
+      for (auto& b : packed) b = static_cast<uint8_t>(rng());
+      std::vector<float> scale(ngroups), zp(ngroups);
+      for (auto& s : scale) s = random_scale(rng);
+      for (auto& z : zp) z = (rng() % 4) ? static_cast<float>(rng() % 16) : std::normal_distribution<float>(0.f, 4.f)(rng);
+      const Guarded gpacked(packed.data(), packed.size()), gscale(scale.data(), scale.size() * 4),
+          gzp(zp.data(), zp.size() * 4);
+      for (const auto& lut : luts) {
+        const Guarded glut(lut.data(), 64);
+        for (bool with_zp : {false, true}) {
+          const float* zptr = with_zp ? gzp.get<float>() : nullptr;
+          for (DType nat : types) {
+            for (DType out : types) {
+              const codecs::DequantSpec spec{nat, out, g};
+              const size_t osz = dtype_bits(out) / 8;
+              std::vector<unsigned char> want(cols * osz + 64, 0xAB);
+              ref(gpacked.get<uint8_t>(), cols, glut.get<float>(), gscale.get<float>(), zptr, spec, want.data());
+              for (Isa isa : simd_isas()) {
+                std::vector<unsigned char> got(cols * osz + 64, 0xAB);
+                codecs::dequant_nibble_kernel(isa)(gpacked.get<uint8_t>(), cols, glut.get<float>(), gscale.get<float>(),
+                                                  zptr, spec, got.data());
+                ++calls;
+                if (std::memcmp(want.data(), got.data(), want.size()) != 0) {
+                  size_t bad = 0;
+                  while (want[bad] == got[bad]) ++bad;
+                  FAIL_CHECK(codecs::isa_name(isa) << " " << dtype_name(nat) << "->" << dtype_name(out) << " gs=" << g
+                                                   << " cols=" << cols << " zp=" << with_zp << " lut[1]=" << lut[1]
+                                                   << " first differing column " << bad / osz);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  REQUIRE((calls > 0 || simd_isas().empty()));
+}
+
+TEST_CASE("SIMD fused nibble dequant on long rows hits every group position", "[codecs][simd]") {
+  // A 4099-column row (not a multiple of any vector width) at the common group sizes.
+  std::mt19937_64 rng(99);
+  const auto lut = int4_lut();
+  const size_t cols = 4099;
+  std::vector<uint8_t> packed((cols + 1) / 2);
+  for (auto& b : packed) b = static_cast<uint8_t>(rng());
+  const auto ref = codecs::dequant_nibble_kernel(Isa::scalar);
+  for (uint64_t gs : {uint64_t(16), uint64_t(32), uint64_t(64), uint64_t(128), uint64_t(4099)}) {
+    const size_t ngroups = (cols + gs - 1) / gs;
+    std::vector<float> scale(ngroups), zp(ngroups);
+    for (auto& s : scale) s = random_scale(rng);
+    for (auto& z : zp) z = static_cast<float>(rng() % 16);
+    const Guarded gpacked(packed.data(), packed.size()), gscale(scale.data(), scale.size() * 4),
+        gzp(zp.data(), zp.size() * 4);
+    for (bool with_zp : {false, true}) {
+      for (DType out : {DType::BF16, DType::F32, DType::F16}) {
+        const codecs::DequantSpec spec{out == DType::F16 ? DType::F16 : DType::BF16, out, gs};
+        const size_t osz = dtype_bits(out) / 8;
+        std::vector<unsigned char> want(cols * osz + 64, 0xAB);
+        const float* zptr = with_zp ? gzp.get<float>() : nullptr;
+        ref(gpacked.get<uint8_t>(), cols, lut.data(), gscale.get<float>(), zptr, spec, want.data());
+        for (Isa isa : simd_isas()) {
+          std::vector<unsigned char> got(cols * osz + 64, 0xAB);
+          codecs::dequant_nibble_kernel(isa)(gpacked.get<uint8_t>(), cols, lut.data(), gscale.get<float>(), zptr, spec,
+                                            got.data());
+          INFO(codecs::isa_name(isa) << " out=" << dtype_name(out) << " gs=" << gs << " zp=" << with_zp);
+          REQUIRE(std::memcmp(want.data(), got.data(), want.size()) == 0);
+        }
+      }
+    }
+  }
+}

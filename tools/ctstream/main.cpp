@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli.hpp"
+#include "synth.hpp"
 
 namespace {
 void usage() {
@@ -17,7 +18,9 @@ void usage() {
                "  verify PATH                                decode everything, report problems (exit 1 on any)\n"
                "  bench PATH [--dtype bf16] [--repeat K] [--cold] [--json]\n"
                "                                             load every tensor into a reused buffer: GB/s, peak RSS\n"
-               "  demo [DIR]                                 generate a small Llama-shaped model, stream it back\n\n"
+               "  demo [DIR]                                 generate a small Llama-shaped model, stream it back\n"
+               "  synth DIR [--layers N --hidden H --intermediate I --vocab V --shards S --dtype bf16]\n"
+               "                                             write a synthetic Llama-shaped dense checkpoint\n\n"
                "common options: --pread (positional reads instead of mmap), --threads N\n"
                "PATH is a .safetensors file or a model directory (with or without an index).\n",
                ctstream::version_string, ctstream::active_isa());
@@ -36,6 +39,7 @@ int main(int argc, char** argv) {
     if (cmd == "verify") return cli::cmd_verify(argc, argv);
     if (cmd == "demo") return cli::cmd_demo(argc, argv);
     if (cmd == "bench") return cli::cmd_bench(argc, argv);
+    if (cmd == "synth") return cli::cmd_synth(argc, argv);
     if (cmd == "--version" || cmd == "version") {
       std::printf("ctstream %s (ISA %s)\n", ctstream::version_string, ctstream::active_isa());
       return 0;

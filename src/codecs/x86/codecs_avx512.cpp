@@ -1,15 +1,293 @@
-// avx512 bitmask-expand and fused 4-bit dequant kernels. Placeholder: forwards to the scalar
-// reference until the SIMD versions land; tests compare every ISA against scalar.
+// AVX-512 (F/BW/VL/VBMI2) bitmask-expand and fused 4-bit dequant kernels. Bit-exact with the
+// scalar references in codecs/bitmask.cpp and codecs/dequant.cpp (tests/unit/test_codecs_simd.cpp).
+// Never reads a value, mask or packed byte the scalar kernel would not read (masked loads and
+// expand-loads suppress faults on masked-off bytes), never writes past `cols` elements.
+//
+// Includes: dequant.hpp is needed for the DequantSpec / DType definitions only (an aggregate and
+// an enum); nothing from the C++ library it pulls in is used here, so no inline library code is
+// emitted with AVX-512 instructions (nm of this object shows no weak symbols).
+#include <immintrin.h>
+
+#include "codecs/dequant.hpp"
 #include "codecs/x86/kernels.hpp"
 
 namespace ctstream::codecs::avx512 {
+namespace {
 
-size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o) noexcept { return scalar::bitmask_expand_1(m, v, c, o); }
-size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o) noexcept { return scalar::bitmask_expand_2(m, v, c, o); }
-size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o) noexcept { return scalar::bitmask_expand_4(m, v, c, o); }
+// ---------------------------------------------------------------- bitmask expand
+//
+// vpexpand{b,w,d} with a register source after a masked load of exactly the popcount values
+// (the memory form of vpexpand is microcoded and much slower on Zen 4).
+
+inline uint64_t low_bits64(unsigned n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
+
+// Mask bits [j, j + n) (n <= 64, j % 8 == 0) as an integer, reading only ceil(n / 8) mask bytes.
+inline uint64_t mask_bits(const uint8_t* mask, size_t j, unsigned n) {
+  const unsigned nbytes = (n + 7) / 8;
+  const __m128i m = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << nbytes) - 1), mask + j / 8);
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(m)) & low_bits64(n);
+}
+
+size_t expand8(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o) {
+  size_t j = 0, k = 0;
+  for (; j + 64 <= cols; j += 64) {
+    uint64_t m;
+    __builtin_memcpy(&m, mask + j / 8, 8);
+    const __m512i x = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, static_cast<unsigned>(_mm_popcnt_u64(m))), v + k);
+    _mm512_storeu_si512(o + j, _mm512_maskz_expand_epi8(m, x));
+    k += static_cast<size_t>(_mm_popcnt_u64(m));
+  }
+  if (j < cols) {
+    const unsigned n = static_cast<unsigned>(cols - j);
+    const uint64_t m = mask_bits(mask, j, n);
+    const __m512i x = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, static_cast<unsigned>(_mm_popcnt_u64(m))), v + k);
+    _mm512_mask_storeu_epi8(o + j, low_bits64(n), _mm512_maskz_expand_epi8(m, x));
+    k += static_cast<size_t>(_mm_popcnt_u64(m));
+  }
+  return k;
+}
+
+size_t expand16(const uint8_t* mask, const uint16_t* v, size_t cols, uint16_t* o) {
+  size_t j = 0, k = 0;
+  for (; j + 64 <= cols; j += 64) {  // two vectors per 8 mask bytes
+    uint64_t m;
+    __builtin_memcpy(&m, mask + j / 8, 8);
+    const __mmask32 m0 = static_cast<__mmask32>(m), m1 = static_cast<__mmask32>(m >> 32);
+    const unsigned c0 = static_cast<unsigned>(_mm_popcnt_u32(m0)), c1 = static_cast<unsigned>(_mm_popcnt_u32(m1));
+    const __m512i x0 = _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, c0), v + k);
+    const __m512i x1 = _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, c1), v + k + c0);
+    _mm512_storeu_si512(o + j, _mm512_maskz_expand_epi16(m0, x0));
+    _mm512_storeu_si512(o + j + 32, _mm512_maskz_expand_epi16(m1, x1));
+    k += c0 + c1;
+  }
+  for (; j < cols; j += 32) {
+    const unsigned n = cols - j < 32 ? static_cast<unsigned>(cols - j) : 32u;
+    const __mmask32 m = static_cast<__mmask32>(mask_bits(mask, j, n));
+    const unsigned c = static_cast<unsigned>(_mm_popcnt_u32(m));
+    const __m512i x = _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, c), v + k);
+    _mm512_mask_storeu_epi16(o + j, _bzhi_u32(~0u, n), _mm512_maskz_expand_epi16(m, x));
+    k += c;
+  }
+  return k;
+}
+
+size_t expand32(const uint8_t* mask, const uint32_t* v, size_t cols, uint32_t* o) {
+  size_t j = 0, k = 0;
+  for (; j + 64 <= cols; j += 64) {  // four vectors per 8 mask bytes
+    uint64_t m;
+    __builtin_memcpy(&m, mask + j / 8, 8);
+    for (int q = 0; q < 4; ++q) {
+      const __mmask16 mq = static_cast<__mmask16>(m >> (16 * q));
+      const unsigned c = static_cast<unsigned>(_mm_popcnt_u32(mq));
+      const __m512i x = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(_bzhi_u32(~0u, c)), v + k);
+      _mm512_storeu_si512(o + j + 16 * q, _mm512_maskz_expand_epi32(mq, x));
+      k += c;
+    }
+  }
+  for (; j < cols; j += 16) {
+    const unsigned n = cols - j < 16 ? static_cast<unsigned>(cols - j) : 16u;
+    const __mmask16 m = static_cast<__mmask16>(mask_bits(mask, j, n));
+    const unsigned c = static_cast<unsigned>(_mm_popcnt_u32(m));
+    const __m512i x = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(_bzhi_u32(~0u, c)), v + k);
+    _mm512_mask_storeu_epi32(o + j, static_cast<__mmask16>(_bzhi_u32(~0u, n)), _mm512_maskz_expand_epi32(m, x));
+    k += c;
+  }
+  return k;
+}
+
+// ---------------------------------------------------------------- fused nibble dequant
+//
+// A chunk is 32 columns = 16 packed bytes. Lane i of vector A holds the low nibble of byte p(i)
+// (column 2p(i)), lane i of B its high nibble (column 2p(i)+1). For 16-bit outputs p is the
+// identity and the two results interleave with one 16-bit blend; for f32 output p is chosen so
+// that unpacklo/unpackhi_ps give columns 0..15 and 16..31 directly.
+
+enum Kind { kBF16, kF16, kF32 };
+constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+// Each lane's RNE bf16 in its high 16 bits (low 16 bits: junk); NaN -> quietened, as half.hpp.
+inline __m512i bf16_round_hi(__m512 v) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __mmask16 odd = _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x10000));
+  __m512i r = _mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF));
+  r = _mm512_mask_add_epi32(r, odd, r, _mm512_set1_epi32(1));
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_or_epi32(r, nan, x, _mm512_set1_epi32(0x00400000));
+}
+inline __m512 bf16_image(__m512 v) {
+  return _mm512_castsi512_ps(_mm512_and_si512(bf16_round_hi(v), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+inline __m512 f16_image(__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, kRne)); }
+
+// The f32 image of v rounded to the natural dtype N.
+template <Kind N>
+inline __m512 natural_image(__m512 v) {
+  if constexpr (N == kBF16) return bf16_image(v);
+  else if constexpr (N == kF16) return f16_image(v);
+  else return v;
+}
+// bf16 output: S -> D from the S image (for N = BF16 / F32 one rounding of v gives the same bits).
+template <Kind N>
+inline __m512i out_bf16_hi(__m512 v) {
+  if constexpr (N == kF16) return bf16_round_hi(f16_image(v));
+  else return bf16_round_hi(v);
+}
+template <Kind N>
+inline __m256i out_f16(__m512 v) {
+  if constexpr (N == kBF16) return _mm512_cvtps_ph(bf16_image(v), kRne);
+  else return _mm512_cvtps_ph(v, kRne);  // F16 -> F16 rounding twice is rounding once
+}
+
+struct Lanes {
+  __m512 a, b;
+};
+
+// Byte order fed to vpmovzxbd (see above) and the column offset of each A lane (B = A + 1).
+template <Kind O>
+inline __m128i byte_order() {
+  if constexpr (O == kF32) return _mm_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+  else return _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+template <Kind O>
+inline __m512i col_a() {
+  if constexpr (O == kF32)
+    return _mm512_setr_epi32(0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30);
+  else return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+}
+
+template <Kind N, Kind O, bool ZP>
+inline void chunk(__m128i bytes, __m512 lutv, Lanes s, Lanes z, void* out, size_t j, uint32_t valid) {
+  if constexpr (O == kF32) bytes = _mm_shuffle_epi8(bytes, byte_order<O>());
+  const __m512i ia = _mm512_cvtepu8_epi32(bytes);
+  const __m512i ib = _mm512_srli_epi32(ia, 4);
+  __m512 a = _mm512_permutexvar_ps(ia, lutv), b = _mm512_permutexvar_ps(ib, lutv);  // uses idx bits 3:0
+  if constexpr (ZP) {
+    a = _mm512_sub_ps(a, z.a);
+    b = _mm512_sub_ps(b, z.b);
+  }
+  a = _mm512_mul_ps(a, s.a);
+  b = _mm512_mul_ps(b, s.b);
+  if constexpr (O == kBF16) {
+    const __m512i w = _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(out_bf16_hi<N>(a), 16), out_bf16_hi<N>(b));
+    uint16_t* o = static_cast<uint16_t*>(out) + j;
+    if (valid == ~0u) _mm512_storeu_si512(o, w);
+    else _mm512_mask_storeu_epi16(o, valid, w);
+  } else if constexpr (O == kF16) {
+    const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(out_f16<N>(a)), out_f16<N>(b), 1);
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i w = _mm512_permutexvar_epi16(idx, ab);
+    uint16_t* o = static_cast<uint16_t*>(out) + j;
+    if (valid == ~0u) _mm512_storeu_si512(o, w);
+    else _mm512_mask_storeu_epi16(o, valid, w);
+  } else {
+    a = natural_image<N>(a);
+    b = natural_image<N>(b);
+    float* o = static_cast<float*>(out) + j;
+    const __m512 lo = _mm512_unpacklo_ps(a, b), hi = _mm512_unpackhi_ps(a, b);
+    if (valid == ~0u) {
+      _mm512_storeu_ps(o, lo);
+      _mm512_storeu_ps(o + 16, hi);
+    } else {
+      _mm512_mask_storeu_ps(o, static_cast<__mmask16>(valid), lo);
+      _mm512_mask_storeu_ps(o + 16, static_cast<__mmask16>(valid >> 16), hi);
+    }
+  }
+}
+
+// Per-lane scale (or zero point) vectors for the chunk at column j whose first column is in
+// group g (ending at column nb), n valid columns; reads only entries of groups those columns use.
+template <Kind O>
+inline Lanes lane_values(const float* t, size_t j, size_t g, size_t nb, size_t gs, unsigned n) {
+  const __m512i ca = col_a<O>(), cb = _mm512_add_epi32(ca, _mm512_set1_epi32(1));
+  if (gs == 1) {  // one entry per column: gather t[j + col] for valid columns
+    const __m512i lim = _mm512_set1_epi32(static_cast<int>(n));
+    return {_mm512_mask_i32gather_ps(_mm512_setzero_ps(), _mm512_cmplt_epi32_mask(ca, lim), ca, t + j, 4),
+            _mm512_mask_i32gather_ps(_mm512_setzero_ps(), _mm512_cmplt_epi32_mask(cb, lim), cb, t + j, 4)};
+  }
+  Lanes r{_mm512_set1_ps(t[g]), _mm512_set1_ps(t[g])};
+  for (size_t b = nb; b < j + n; b += gs) {  // group ++g starts at column b, inside this chunk
+    ++g;
+    const __m512 v = _mm512_set1_ps(t[g]);
+    const __m512i off = _mm512_set1_epi32(static_cast<int>(b - j));
+    r.a = _mm512_mask_mov_ps(r.a, _mm512_cmpge_epi32_mask(ca, off), v);
+    r.b = _mm512_mask_mov_ps(r.b, _mm512_cmpge_epi32_mask(cb, off), v);
+  }
+  return r;
+}
+
+template <Kind N, Kind O, bool ZP>
+void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp, size_t gs,
+                 void* out) {
+  const __m512 lutv = _mm512_loadu_ps(lut);
+  size_t j = 0, g = 0, nb = gs;  // nb: first column after group g
+  while (j + 32 <= cols) {
+    if (j + 32 <= nb) {  // whole chunks inside group g: broadcast its scale / zero point
+      const Lanes s{_mm512_set1_ps(scale[g]), _mm512_set1_ps(scale[g])};
+      Lanes z{s.a, s.b};
+      if constexpr (ZP) z = Lanes{_mm512_set1_ps(zp[g]), _mm512_set1_ps(zp[g])};
+      const size_t lim = nb < cols ? nb : cols;
+      for (; j + 32 <= lim; j += 32)
+        chunk<N, O, ZP>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + j / 2)), lutv, s, z, out, j, ~0u);
+    } else {
+      const Lanes s = lane_values<O>(scale, j, g, nb, gs, 32);
+      Lanes z = s;
+      if constexpr (ZP) z = lane_values<O>(zp, j, g, nb, gs, 32);
+      chunk<N, O, ZP>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + j / 2)), lutv, s, z, out, j, ~0u);
+      j += 32;
+    }
+    while (nb <= j) {
+      ++g;
+      nb += gs;
+    }
+  }
+  if (j < cols) {
+    const unsigned n = static_cast<unsigned>(cols - j);  // 1..31
+    const __m128i bytes = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((n + 1) / 2)) - 1), packed + j / 2);
+    const Lanes s = lane_values<O>(scale, j, g, nb, gs, n);
+    Lanes z = s;
+    if constexpr (ZP) z = lane_values<O>(zp, j, g, nb, gs, n);
+    chunk<N, O, ZP>(bytes, lutv, s, z, out, j, (1u << n) - 1);
+  }
+}
+
+template <Kind N, Kind O>
+void dequant_zp(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp, size_t gs,
+                void* out) {
+  if (zp) dequant_run<N, O, true>(packed, cols, lut, scale, zp, gs, out);
+  else dequant_run<N, O, false>(packed, cols, lut, scale, zp, gs, out);
+}
+
+template <Kind N>
+void dequant_out(Kind o, const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp,
+                 size_t gs, void* out) {
+  switch (o) {
+    case kBF16: return dequant_zp<N, kBF16>(packed, cols, lut, scale, zp, gs, out);
+    case kF16: return dequant_zp<N, kF16>(packed, cols, lut, scale, zp, gs, out);
+    case kF32: return dequant_zp<N, kF32>(packed, cols, lut, scale, zp, gs, out);
+  }
+}
+
+}  // namespace
+
+size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
+  return expand8(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
+}
+size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
+  return expand16(m, static_cast<const uint16_t*>(v), c, static_cast<uint16_t*>(o));
+}
+size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
+  return expand32(m, static_cast<const uint32_t*>(v), c, static_cast<uint32_t*>(o));
+}
+
 void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp,
                     const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept {
-  scalar::dequant_nibble(packed, cols, lut, scale, zp, spec, out);
+  // Same dtype mapping as store_dequant: natural BF16 / F16 / else F32; out F32 / BF16 / else F16.
+  const Kind o = spec.out == DType::F32 ? kF32 : spec.out == DType::BF16 ? kBF16 : kF16;
+  const size_t gs = static_cast<size_t>(spec.group_size);
+  if (spec.natural == DType::BF16) dequant_out<kBF16>(o, packed, cols, lut, scale, zp, gs, out);
+  else if (spec.natural == DType::F16) dequant_out<kF16>(o, packed, cols, lut, scale, zp, gs, out);
+  else dequant_out<kF32>(o, packed, cols, lut, scale, zp, gs, out);
 }
 
 }  // namespace ctstream::codecs::avx512

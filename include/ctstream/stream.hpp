@@ -1,0 +1,79 @@
+// ctstream — streaming load: tensors come out decoded, in order, while worker threads read and
+// decode the next ones ahead, within a memory budget.
+//
+//   auto ckpt = ctstream::Checkpoint::open("model_dir");
+//   ctstream::Stream stream(ckpt, {.dtype = ctstream::DType::BF16, .budget_bytes = 256 << 20});
+//   while (auto item = stream.next()) {            // blocks until the next tensor is decoded
+//     copy_to_engine(item->info->name, item->data); // valid until the next call to next()
+//   }
+//
+// Memory: decoded-ahead tensors live in one ring of `budget_bytes` (allocated once, touched only
+// as far as used); a tensor larger than the budget is decoded alone into its own buffer. Peak
+// resident memory is therefore about budget + the largest tensor + the pages of the tensor being
+// read, whatever the model size: consumed file ranges are released (MADV_DONTNEED on the
+// mapping, POSIX_FADV_DONTNEED on the file) unless `release_consumed` is false.
+// Alternatively `destination` lets the caller own every output buffer (e.g. the engine's own
+// parameter memory): tensors are then decoded straight into it and the budget bounds how many
+// bytes may be decoded ahead of the consumer.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ctstream/checkpoint.hpp"
+
+namespace ctstream {
+
+struct StreamOptions {
+  /// Output dtype for floating and compressed tensors; other dense dtypes come out as stored.
+  DType dtype = DType::BF16;
+  /// Bytes of decoded tensors that may be held ahead of the consumer.
+  uint64_t budget_bytes = 512ull << 20;
+  /// Decode threads for one tensor (0 = the Checkpoint's setting). Reading ahead of the next
+  /// tensors runs on one extra thread.
+  unsigned threads = 0;
+  /// Drop the file pages of each tensor once the consumer moves past it.
+  bool release_consumed = true;
+  /// Tensor names in the order to deliver them; empty = the checkpoint's order (file order).
+  std::vector<std::string> order;
+  /// Optional caller-owned destination for each tensor (must hold `bytes`); called on a worker
+  /// thread, in delivery order. When set, no internal ring is used.
+  std::function<std::span<std::byte>(const TensorInfo& t, uint64_t bytes)> destination;
+};
+
+class Stream {
+ public:
+  struct Item {
+    const TensorInfo* info;
+    DType dtype;
+    std::span<const std::byte> data;
+  };
+
+  /// Starts decoding ahead immediately. The Checkpoint must outlive the Stream.
+  Stream(const Checkpoint& ckpt, StreamOptions options = {});
+  ~Stream();  ///< stops and joins the worker
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  /// The next tensor, decoded; nullopt after the last. Rethrows (as ctstream::Error) a decode
+  /// error at the tensor it concerns. The previous item's data is released by this call.
+  std::optional<Item> next();
+  /// Number of tensors this stream delivers.
+  size_t size() const noexcept;
+  /// Largest number of decoded bytes held at once so far (ring + oversize buffers).
+  uint64_t peak_held_bytes() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Parses a byte count: "512MB", "2GiB", "1.5G", "1048576" (decimal K/M/G/T = 1000^n,
+/// KiB/MiB/GiB/TiB = 1024^n). Throws Error{invalid_argument}.
+uint64_t parse_bytes(const std::string& text);
+
+}  // namespace ctstream

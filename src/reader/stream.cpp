@@ -1,0 +1,205 @@
+// reader — Stream: one worker thread decodes tensors ahead of the consumer (each decode itself
+// split across the Checkpoint's OpenMP threads) into a FIFO ring bounded by the budget.
+#include "ctstream/stream.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace ctstream {
+
+uint64_t parse_bytes(const std::string& text) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  std::string unit = text.substr(pos);
+  unit.erase(std::remove_if(unit.begin(), unit.end(), [](unsigned char c) { return std::isspace(c); }), unit.end());
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  static const std::pair<const char*, double> units[] = {
+      {"", 1},          {"B", 1},           {"K", 1e3},          {"KB", 1e3},        {"M", 1e6},
+      {"MB", 1e6},      {"G", 1e9},         {"GB", 1e9},         {"T", 1e12},        {"TB", 1e12},
+      {"KIB", 1024.0},  {"MIB", 1048576.0}, {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
+  if (pos == 0 || v < 0) throw Error(ErrorKind::invalid_argument, "", "", "'" + text + "' is not a byte count");
+  for (const auto& [u, m] : units)
+    if (unit == u) return static_cast<uint64_t>(v * m);
+  throw Error(ErrorKind::invalid_argument, "", "", "unknown unit in byte count '" + text + "' (use KB/MB/GB or KiB/MiB/GiB)");
+}
+
+struct Stream::Impl {
+  const Checkpoint& ck;
+  StreamOptions opt;
+  std::vector<const TensorInfo*> order;
+
+  struct Slot {
+    uint64_t off = 0, size = 0;          // ring region (size 0: not in the ring)
+    uint64_t bytes = 0;                  // decoded bytes this slot holds against the budget
+    bool oversize = false;               // in the shared oversize buffer (larger than the budget)
+    std::span<std::byte> data;
+    DType dtype = DType::BF16;
+    std::exception_ptr error;
+    bool ready = false;
+  };
+  std::unique_ptr<std::byte[]> ring;     // budget bytes, untouched until used
+  std::vector<std::byte> oversize_buf;   // reused for tensors larger than the budget (one at a time)
+  std::deque<Slot> slots;                // produced, not yet released; front = oldest
+  size_t produced = 0, delivered = 0;    // counts over `order`
+  bool has_current = false;              // the consumer holds slots.front()
+  uint64_t held = 0, peak = 0;
+
+  std::mutex mu;
+  std::condition_variable cv_space, cv_ready;
+  bool stop = false;
+  std::thread worker;
+
+  Impl(const Checkpoint& c, StreamOptions o) : ck(c), opt(std::move(o)) {
+    if (opt.order.empty()) {
+      for (const auto& t : ck.tensors()) order.push_back(&t);
+    } else {
+      for (const auto& n : opt.order) order.push_back(&ck.at(n));
+    }
+    if (!opt.destination && opt.budget_bytes > 0) ring.reset(new std::byte[opt.budget_bytes]);
+    worker = std::thread([this] { run(); });
+  }
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    cv_space.notify_all();
+    cv_ready.notify_all();
+    worker.join();
+  }
+
+  DType out_dtype(const TensorInfo& t) const {
+    return t.format == Format::dense && !is_float_output(t.dtype) ? t.dtype : opt.dtype;
+  }
+
+  // Where the next ring region of `size` bytes would go, or nullopt if it would overlap a
+  // region still held. Regions are allocated and freed in FIFO order.
+  std::optional<uint64_t> ring_fit(uint64_t size) const {
+    const Slot* last = nullptr;
+    const Slot* first = nullptr;
+    for (const auto& s : slots)
+      if (!s.oversize && s.size) {
+        if (!first) first = &s;
+        last = &s;
+      }
+    if (!first) return size <= opt.budget_bytes ? std::optional<uint64_t>(0) : std::nullopt;
+    uint64_t off = last->off + last->size;
+    const uint64_t lo = first->off;
+    if (off > lo) {  // live data is [lo, off): free space is [off, B) then [0, lo)
+      if (off + size <= opt.budget_bytes) return off;
+      if (size <= lo) return 0;
+      return std::nullopt;
+    }
+    // wrapped: live is [lo, B) + [0, off): free space is [off, lo)
+    if (off + size <= lo) return off;
+    return std::nullopt;
+  }
+
+  void run() {
+    for (size_t i = 0; i < order.size(); ++i) {
+      const TensorInfo& t = *order[i];
+      const DType d = out_dtype(t);
+      const uint64_t size = t.decoded_bytes(d);
+      Slot slot;
+      slot.dtype = d;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        // Wait for room: the bytes held (including the consumer's current item) plus this
+        // tensor must fit the budget; a tensor larger than the budget waits until nothing else
+        // is held and then gets its own buffer.
+        cv_space.wait(lk, [&] {
+          if (stop) return true;
+          if (opt.destination) return held == 0 || held + size <= opt.budget_bytes;
+          if (size > opt.budget_bytes || size == 0) return slots.empty();
+          return ring_fit(size).has_value();
+        });
+        if (stop) return;
+        if (!opt.destination && size <= opt.budget_bytes && size) {
+          slot.off = *ring_fit(size);
+          slot.size = size;
+        }
+        slot.bytes = size;
+        held += size;
+        peak = std::max(peak, held);
+        slots.push_back(std::move(slot));
+      }
+      Slot* sp;
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        sp = &slots.back();  // deque references survive push_back / pop_front of other elements
+      }
+      Slot& s = *sp;
+      try {
+        if (i + 1 < order.size()) ck.will_need(*order[i + 1]);  // readahead of the next tensor
+        std::span<std::byte> dst;
+        if (opt.destination) {
+          dst = opt.destination(t, size);
+        } else if (s.size) {
+          dst = {ring.get() + s.off, size};
+        } else {
+          if (oversize_buf.size() < size) {  // grows to the largest oversize tensor, then reused
+            oversize_buf = std::vector<std::byte>();
+            oversize_buf.resize(size);
+          }
+          s.oversize = true;
+          dst = {oversize_buf.data(), size};
+        }
+        const uint64_t n = ck.decode_into(t, dst, d);
+        s.data = dst.first(n);
+      } catch (...) {
+        s.error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        s.ready = true;
+        ++produced;
+      }
+      cv_ready.notify_all();
+    }
+  }
+
+  std::optional<Item> next() {
+    std::unique_lock<std::mutex> lk(mu);
+    if (has_current) {  // the consumer is done with the previous item
+      const TensorInfo& prev = *order[delivered - 1];
+      held -= slots.front().bytes;
+      slots.pop_front();
+      has_current = false;
+      lk.unlock();
+      if (opt.release_consumed) ck.release(prev);
+      cv_space.notify_all();
+      lk.lock();
+    }
+    if (delivered == order.size()) return std::nullopt;
+    cv_ready.wait(lk, [&] { return !slots.empty() && slots.front().ready; });
+    Slot& s = slots.front();
+    ++delivered;
+    has_current = true;
+    if (s.error) std::rethrow_exception(s.error);
+    return Item{order[delivered - 1], s.dtype, s.data};
+  }
+};
+
+Stream::Stream(const Checkpoint& ckpt, StreamOptions options) : impl_(std::make_unique<Impl>(ckpt, std::move(options))) {}
+Stream::~Stream() = default;
+std::optional<Stream::Item> Stream::next() { return impl_->next(); }
+size_t Stream::size() const noexcept { return impl_->order.size(); }
+uint64_t Stream::peak_held_bytes() const noexcept {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->peak;
+}
+
+}  // namespace ctstream

@@ -1,0 +1,125 @@
+// Stream: delivers exactly what decode_into gives, in order, within its budget — through ring
+// wrap-around, oversize tensors, caller-owned destinations and caller-given orders.
+#include <catch2/catch.hpp>
+
+#include "ctstream/ctstream.hpp"
+#include "helpers.hpp"
+
+using namespace ctstream;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path write_model(const fs::path& dir, const std::vector<std::pair<std::string, Shape>>& specs) {
+  std::vector<SafetensorsWriter::Entry> e;
+  for (const auto& [n, s] : specs) e.push_back({n, DType::BF16, s});
+  SafetensorsWriter w(dir / "m.safetensors", e);
+  uint64_t seed = 1;
+  for (const auto& [n, s] : specs) {
+    uint64_t count = 1;
+    for (auto d : s) count *= d;
+    auto bytes = th::random_bytes(count * 2, seed++);
+    for (size_t i = 1; i < bytes.size(); i += 2) bytes[i] &= std::byte{0x3F};  // finite bf16 values
+    w.write(bytes);
+  }
+  w.commit();
+  return dir / "m.safetensors";
+}
+
+std::vector<std::byte> direct(const Checkpoint& ck, const TensorInfo& t, DType d) {
+  std::vector<std::byte> out(t.decoded_bytes(d));
+  ck.decode_into(t, out, d);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Stream delivers every tensor as decode_into does, within the budget", "[stream]") {
+  th::TempDir tmp("stream");
+  // 4 KiB .. 512 KiB tensors (fp32 output doubles them); a budget of 600 KiB forces wrap-around
+  // and one oversize tensor.
+  auto p = write_model(tmp.path, {{"a", {32, 64}}, {"b", {256, 512}}, {"c", {7, 3}}, {"big", {512, 512}},
+                                  {"d", {100, 100}}, {"e", {1, 1}}, {"f", {300, 300}}, {"g", {0, 4}}});
+  for (IoMode io : {IoMode::mmap, IoMode::pread}) {
+    OpenOptions oo;
+    oo.io = io;
+    auto ck = Checkpoint::open(p, oo);
+    for (uint64_t budget : {uint64_t(600) << 10, uint64_t(64) << 20, uint64_t(0)}) {
+      for (DType d : {DType::BF16, DType::F32}) {
+        INFO("budget " << budget << " dtype " << dtype_name(d) << " io " << int(io));
+        StreamOptions so;
+        so.dtype = d;
+        so.budget_bytes = budget;
+        Stream s(ck, so);
+        REQUIRE(s.size() == ck.tensors().size());
+        size_t i = 0;
+        uint64_t largest = 0;
+        while (auto item = s.next()) {
+          const TensorInfo& t = ck.tensors()[i++];
+          REQUIRE(item->info == &t);
+          REQUIRE(item->dtype == d);
+          const auto want = direct(ck, t, d);
+          REQUIRE(std::equal(want.begin(), want.end(), item->data.begin(), item->data.end()));
+          largest = std::max(largest, t.decoded_bytes(d));
+        }
+        REQUIRE(i == ck.tensors().size());
+        REQUIRE_FALSE(s.next().has_value());
+        // Ring bytes stay within the budget; one tensor larger than the budget may be held on top.
+        CHECK(s.peak_held_bytes() <= budget + largest);
+      }
+    }
+  }
+}
+
+TEST_CASE("Stream into caller-owned buffers, in a caller-given order", "[stream]") {
+  th::TempDir tmp("stream2");
+  auto p = write_model(tmp.path, {{"x", {64, 64}}, {"y", {16, 8}}, {"z", {128, 32}}});
+  auto ck = Checkpoint::open(p);
+  std::map<std::string, std::vector<std::byte>> params;  // "engine parameters"
+  for (const auto& t : ck.tensors()) params[t.name].resize(t.decoded_bytes(DType::F16));
+  StreamOptions so;
+  so.dtype = DType::F16;
+  so.budget_bytes = 10000;
+  so.order = {"z", "x", "y"};
+  so.destination = [&](const TensorInfo& t, uint64_t bytes) {
+    REQUIRE(params[t.name].size() == bytes);
+    return std::span<std::byte>(params[t.name]);
+  };
+  Stream s(ck, so);
+  std::vector<std::string> seen;
+  while (auto item = s.next()) {
+    seen.push_back(item->info->name);
+    REQUIRE(item->data.data() == params[item->info->name].data());  // decoded in place
+  }
+  REQUIRE(seen == so.order);
+  for (const auto& t : ck.tensors()) REQUIRE(params[t.name] == direct(ck, t, DType::F16));
+  so.order = {"nope"};
+  CHECK_THROWS_AS(Stream(ck, so), Error);
+}
+
+TEST_CASE("a decode error surfaces at its tensor and the stream goes on", "[stream]") {
+  auto ck = Checkpoint::open(th::fixtures() / "ct" / "v012_marlin24_w4_g128_bf16");
+  Stream s(ck);
+  size_t ok = 0, errors = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    try {
+      if (!s.next()) break;
+      ++ok;
+    } catch (const Error& e) {
+      ++errors;
+      CHECK(e.kind() == ErrorKind::unsupported);
+    }
+  }
+  CHECK(errors >= 1);
+  CHECK(ok + errors == s.size());
+}
+
+TEST_CASE("byte counts parse with decimal and binary units", "[stream]") {
+  CHECK(parse_bytes("512MB") == 512000000ull);
+  CHECK(parse_bytes("2GiB") == 2147483648ull);
+  CHECK(parse_bytes("1.5G") == 1500000000ull);
+  CHECK(parse_bytes("4096") == 4096ull);
+  CHECK(parse_bytes("64 MiB") == 67108864ull);
+  CHECK_THROWS_AS(parse_bytes("lots"), Error);
+  CHECK_THROWS_AS(parse_bytes("5XB"), Error);
+}
