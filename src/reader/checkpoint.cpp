@@ -24,8 +24,18 @@ std::span<const std::byte> Checkpoint::Impl::bytes(const TensorPart& p, uint64_t
 }
 
 unsigned Checkpoint::Impl::threads() const {
+  if (unsigned n = reader::ScopedDecodeThreads::current()) return n;
   return opt.threads ? opt.threads : static_cast<unsigned>(std::max(1, omp_get_max_threads()));
 }
+
+namespace reader {
+namespace {
+thread_local unsigned t_decode_threads = 0;
+}
+ScopedDecodeThreads::ScopedDecodeThreads(unsigned n) : prev_(t_decode_threads) { t_decode_threads = n; }
+ScopedDecodeThreads::~ScopedDecodeThreads() { t_decode_threads = prev_; }
+unsigned ScopedDecodeThreads::current() { return t_decode_threads; }
+}  // namespace reader
 
 namespace {
 

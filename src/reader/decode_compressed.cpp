@@ -2,6 +2,7 @@
 // arithmetic: tests/fixtures/gen/DECODE_NOTES.md (each statement cites the library source);
 // the kernels themselves are in src/codecs.
 #include <array>
+#include <optional>
 #include <cstring>
 
 #include "codecs/bitmask.hpp"
@@ -81,6 +82,13 @@ class Scales {
     if (const TensorPart* zp = t.part("weight_zero_point")) load_zp(*zp, rows);
   }
   uint64_t group_size() const { return gs_; }
+  /// Scale-entry offset of column c0 when a window starting there keeps the group mapping
+  /// (j / group_size relative to c0): c0 on a group boundary, or one group per row.
+  std::optional<uint64_t> window_offset(uint64_t c0, uint64_t cols) const {
+    if (gs_ >= cols) return 0;
+    if (c0 % gs_ == 0) return c0 / gs_;
+    return std::nullopt;
+  }
   const float* row(uint64_t r, std::vector<float>& f, std::vector<std::byte>& scratch) const {
     const uint64_t sr = r / row_div_;
     auto b = ck_.bytes(*scale_, sr * G_ * ssz_, G_ * ssz_, scratch);
@@ -167,6 +175,18 @@ class PackedIntDecoder final : public RowDecoder {
     codecs::unpack_int_row(wb, bits_, dense_, cols_, xf.data());
     codecs::dequant_f32_row(xf.data(), cols_, sc, zp, gidx_.empty() ? nullptr : gidx_.data(), spec_, out);
   }
+  bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
+    const auto goff = scales_.window_offset(c0, cols_);
+    if (bits_ != 4 || !gidx_.empty() || c0 % 2 || !goff) return false;
+    thread_local std::vector<std::byte> sw, ss;
+    thread_local std::vector<float> sf;
+    auto w = ck_.bytes(packed_, r * row_bytes_ + c0 / 2, (c1 - c0 + 1) / 2, sw);
+    const float* sc = scales_.row(r, sf, ss) + *goff;
+    const float* zp = scales_.zp_row(r);
+    codecs::dequant_nibble_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(w.data()), c1 - c0,
+                                                        kInt4Lut.data(), sc, zp ? zp + *goff : nullptr, spec_, out);
+    return true;
+  }
 
  private:
   const Checkpoint::Impl& ck_;
@@ -197,6 +217,19 @@ class NaiveDecoder final : public RowDecoder {
     values_to_f32(w_.dtype, v.data(), cols_, xf.data());
     codecs::dequant_f32_row(xf.data(), cols_, scales_.row(r, sf, ss), scales_.zp_row(r), nullptr, spec_, out);
   }
+  bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
+    const auto goff = scales_.window_offset(c0, cols_);
+    if (!goff) return false;
+    thread_local std::vector<std::byte> sw, ss;
+    thread_local std::vector<float> sf, xf;
+    auto v = ck_.bytes(w_, r * cols_ + c0, c1 - c0, sw);
+    xf.resize(c1 - c0);
+    values_to_f32(w_.dtype, v.data(), c1 - c0, xf.data());
+    const float* zp = scales_.zp_row(r);
+    codecs::dequant_f32_row(xf.data(), c1 - c0, scales_.row(r, sf, ss) + *goff, zp ? zp + *goff : nullptr, nullptr,
+                            spec_, out);
+    return true;
+  }
   static void values_to_f32(DType d, const std::byte* v, uint64_t n, float* x) {
     if (d == DType::I8)
       for (uint64_t j = 0; j < n; ++j) x[j] = static_cast<float>(static_cast<int8_t>(v[j]));
@@ -224,6 +257,17 @@ class Fp4Decoder final : public RowDecoder {
     auto w = ck_.bytes(packed_, r * cols_ / 2, cols_ / 2, sw);
     codecs::dequant_nibble_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(w.data()), cols_,
                                                         e2m1_lut().data(), scales_.row(r, sf, ss), nullptr, spec_, out);
+  }
+  bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
+    const auto goff = scales_.window_offset(c0, cols_);
+    if (c0 % 2 || !goff) return false;
+    thread_local std::vector<std::byte> sw, ss;
+    thread_local std::vector<float> sf;
+    auto w = ck_.bytes(packed_, r * cols_ / 2 + c0 / 2, (c1 - c0 + 1) / 2, sw);
+    codecs::dequant_nibble_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(w.data()), c1 - c0,
+                                                        e2m1_lut().data(), scales_.row(r, sf, ss) + *goff, nullptr,
+                                                        spec_, out);
+    return true;
   }
 
  private:

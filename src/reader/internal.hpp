@@ -37,6 +37,20 @@ struct Checkpoint::Impl {
 
 namespace reader {
 
+/// Overrides, for the calling thread, how many threads one decode may use (Stream workers use
+/// it: a batch of small tensors decodes one tensor per thread, a large tensor gets them all).
+class ScopedDecodeThreads {
+ public:
+  explicit ScopedDecodeThreads(unsigned n);
+  ~ScopedDecodeThreads();
+  ScopedDecodeThreads(const ScopedDecodeThreads&) = delete;
+  ScopedDecodeThreads& operator=(const ScopedDecodeThreads&) = delete;
+  static unsigned current();  ///< 0 when not overridden
+
+ private:
+  unsigned prev_;
+};
+
 /// Geometry of a (possibly sliced) logical tensor viewed as [outer, dim, inner].
 struct SliceGeom {
   uint64_t outer = 1, dim = 1, inner = 1;  ///< full sizes

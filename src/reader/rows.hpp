@@ -15,6 +15,10 @@ class RowDecoder {
   virtual ~RowDecoder() = default;
   /// Writes row r (all columns) to `out` in the output dtype. Called concurrently.
   virtual void row(uint64_t r, std::byte* out) const = 0;
+  /// Writes only columns [c0, c1) of row r, reading only what they need (tensor-parallel
+  /// column shards). Returns false when the layout does not allow it (then run_rows decodes the
+  /// whole row and copies the window).
+  virtual bool row_window(uint64_t /*r*/, uint64_t /*c0*/, uint64_t /*c1*/, std::byte* /*out*/) const { return false; }
 };
 
 uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,

@@ -2,6 +2,8 @@
 // split across the Checkpoint's OpenMP threads) into a FIFO ring bounded by the budget.
 #include "ctstream/stream.hpp"
 
+#include "reader/internal.hpp"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -108,66 +110,109 @@ struct Stream::Impl {
     return std::nullopt;
   }
 
+  // Reserves budget (and a ring region) for tensor i. With `wait`, blocks until there is room;
+  // without, returns nullptr when there is none now. Called with `mu` held.
+  Slot* reserve(std::unique_lock<std::mutex>& lk, size_t i, bool wait) {
+    const TensorInfo& t = *order[i];
+    const DType d = out_dtype(t);
+    const uint64_t size = t.decoded_bytes(d);
+    // The bytes held (including the consumer's current item) plus this tensor must fit the
+    // budget; a tensor larger than the budget waits until nothing else is held and then uses
+    // the oversize buffer.
+    auto room = [&] {
+      if (stop) return true;
+      if (opt.destination) return held == 0 || held + size <= opt.budget_bytes;
+      if (size > opt.budget_bytes || size == 0) return slots.empty();
+      return ring_fit(size).has_value();
+    };
+    if (wait) cv_space.wait(lk, room);
+    else if (!room()) return nullptr;
+    if (stop) return nullptr;
+    Slot slot;
+    slot.dtype = d;
+    slot.bytes = size;
+    if (!opt.destination && size <= opt.budget_bytes && size) {
+      slot.off = *ring_fit(size);
+      slot.size = size;
+    } else if (!opt.destination && size) {
+      slot.oversize = true;
+    }
+    held += size;
+    peak = std::max(peak, held);
+    slots.push_back(slot);
+    return &slots.back();  // deque references survive push_back / pop_front of other elements
+  }
+
+  void decode_one(size_t i, Slot& s) {
+    const TensorInfo& t = *order[i];
+    try {
+      std::span<std::byte> dst;
+      if (opt.destination) {
+        dst = opt.destination(t, s.bytes);
+      } else if (s.oversize) {
+        if (oversize_buf.size() < s.bytes) {  // grows to the largest oversize tensor, then reused
+          oversize_buf = std::vector<std::byte>();
+          oversize_buf.resize(s.bytes);
+        }
+        dst = {oversize_buf.data(), s.bytes};
+      } else {
+        dst = {ring.get() + s.off, s.bytes};
+      }
+      const uint64_t n = ck.decode_into(t, dst, s.dtype);
+      s.data = dst.first(n);
+    } catch (...) {
+      s.error = std::current_exception();
+    }
+  }
+
+  static constexpr uint64_t kSmall = 1u << 20;       // tensors below this decode in batches
+  static constexpr uint64_t kBatchBytes = 8u << 20;  // ... of at most this many bytes
+  static constexpr size_t kBatchCount = 256;
+
   void run() {
-    for (size_t i = 0; i < order.size(); ++i) {
-      const TensorInfo& t = *order[i];
-      const DType d = out_dtype(t);
-      const uint64_t size = t.decoded_bytes(d);
-      Slot slot;
-      slot.dtype = d;
+    const unsigned threads = opt.threads ? opt.threads : static_cast<unsigned>(std::max(1, omp_get_max_threads()));
+    size_t i = 0;
+    while (i < order.size()) {
+      // A batch: one large tensor (decoded with all threads), or a run of small ones (one
+      // thread each, decoded in parallel) for which budget is available right now.
+      std::vector<Slot*> batch;
       {
         std::unique_lock<std::mutex> lk(mu);
-        // Wait for room: the bytes held (including the consumer's current item) plus this
-        // tensor must fit the budget; a tensor larger than the budget waits until nothing else
-        // is held and then gets its own buffer.
-        cv_space.wait(lk, [&] {
-          if (stop) return true;
-          if (opt.destination) return held == 0 || held + size <= opt.budget_bytes;
-          if (size > opt.budget_bytes || size == 0) return slots.empty();
-          return ring_fit(size).has_value();
-        });
-        if (stop) return;
-        if (!opt.destination && size <= opt.budget_bytes && size) {
-          slot.off = *ring_fit(size);
-          slot.size = size;
-        }
-        slot.bytes = size;
-        held += size;
-        peak = std::max(peak, held);
-        slots.push_back(std::move(slot));
-      }
-      Slot* sp;
-      {
-        std::lock_guard<std::mutex> lk(mu);
-        sp = &slots.back();  // deque references survive push_back / pop_front of other elements
-      }
-      Slot& s = *sp;
-      try {
-        if (i + 1 < order.size()) ck.will_need(*order[i + 1]);  // readahead of the next tensor
-        std::span<std::byte> dst;
-        if (opt.destination) {
-          dst = opt.destination(t, size);
-        } else if (s.size) {
-          dst = {ring.get() + s.off, size};
-        } else {
-          if (oversize_buf.size() < size) {  // grows to the largest oversize tensor, then reused
-            oversize_buf = std::vector<std::byte>();
-            oversize_buf.resize(size);
+        Slot* first = reserve(lk, i, true);
+        if (!first) return;  // stopped
+        batch.push_back(first);
+        uint64_t bytes = first->bytes;
+        if (first->bytes < kSmall && !opt.destination) {
+          while (i + batch.size() < order.size() && batch.size() < kBatchCount) {
+            const TensorInfo& t = *order[i + batch.size()];
+            const uint64_t size = t.decoded_bytes(out_dtype(t));
+            if (size >= kSmall || bytes + size > kBatchBytes) break;
+            Slot* s = reserve(lk, i + batch.size(), false);
+            if (!s) break;
+            batch.push_back(s);
+            bytes += size;
           }
-          s.oversize = true;
-          dst = {oversize_buf.data(), size};
         }
-        const uint64_t n = ck.decode_into(t, dst, d);
-        s.data = dst.first(n);
-      } catch (...) {
-        s.error = std::current_exception();
+      }
+      if (i + batch.size() < order.size()) ck.will_need(*order[i + batch.size()]);  // readahead
+      if (batch.size() == 1) {
+        reader::ScopedDecodeThreads scope(threads);
+        decode_one(i, *batch[0]);
+      } else {
+        reader::ScopedDecodeThreads scope(1);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast<int>(std::min<size_t>(threads, batch.size())))
+        for (size_t k = 0; k < batch.size(); ++k) {
+          reader::ScopedDecodeThreads inner(1);  // thread_local: set on every team thread
+          decode_one(i + k, *batch[k]);
+        }
       }
       {
         std::lock_guard<std::mutex> lk(mu);
-        s.ready = true;
-        ++produced;
+        for (Slot* s : batch) s->ready = true;
+        produced += batch.size();
       }
       cv_ready.notify_all();
+      i += batch.size();
     }
   }
 

@@ -1,0 +1,508 @@
+// ctstream._ctstream — the native half of the Python package (nanobind). The pure-Python half
+// (loaders/python/ctstream/__init__.py) turns what this returns into torch tensors or numpy
+// arrays; this file only opens, validates, allocates and decodes (with the GIL released).
+//
+// Arrays are handed out as numpy arrays that own their memory (a capsule frees it): zero-copy for
+// torch.from_numpy. Dtypes numpy lacks travel as same-width unsigned storage (BF16 -> uint16,
+// F8_* -> uint8) together with the real dtype name, which the Python half re-views.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ctstream/ctstream.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using ctstream::DType;
+using ctstream::TensorInfo;
+
+namespace {
+
+PyObject* g_error = nullptr;      // ctstream.Error(RuntimeError)
+PyObject* g_not_found = nullptr;  // ctstream.NotFoundError(Error, KeyError)
+
+constexpr uint64_t kNoStop = std::numeric_limits<uint64_t>::max();
+constexpr size_t kAlign = 64;
+
+// ---- dtypes -------------------------------------------------------------------------------
+
+namespace dl = nb::dlpack;
+
+dl::dtype dl_of(dl::dtype_code c, uint8_t bits) { return dl::dtype{static_cast<uint8_t>(c), bits, 1}; }
+
+// The exact DLPack dtype of a ctstream dtype (what torch exports for it).
+dl::dtype exact_dl(DType d) {
+  using C = dl::dtype_code;
+  switch (d) {
+    case DType::BOOL: return dl_of(C::Bool, 8);
+    case DType::U8: return dl_of(C::UInt, 8);
+    case DType::I8: return dl_of(C::Int, 8);
+    case DType::I16: return dl_of(C::Int, 16);
+    case DType::U16: return dl_of(C::UInt, 16);
+    case DType::I32: return dl_of(C::Int, 32);
+    case DType::U32: return dl_of(C::UInt, 32);
+    case DType::I64: return dl_of(C::Int, 64);
+    case DType::U64: return dl_of(C::UInt, 64);
+    case DType::F16: return dl_of(C::Float, 16);
+    case DType::BF16: return dl_of(C::Bfloat, 16);
+    case DType::F32: return dl_of(C::Float, 32);
+    case DType::F64: return dl_of(C::Float, 64);
+    case DType::C64: return dl_of(C::Complex, 64);
+    case DType::F8_E5M2: return dl_of(C::Float8_E5M2, 8);
+    case DType::F8_E4M3: return dl_of(C::Float8_E4M3FN, 8);
+    case DType::F8_E8M0: return dl_of(C::Float8_E8M0FNU, 8);
+    case DType::F8_E4M3FNUZ: return dl_of(C::Float8_E4M3FNUZ, 8);
+    case DType::F8_E5M2FNUZ: return dl_of(C::Float8_E5M2FNUZ, 8);
+    case DType::F4: return dl_of(C::Float4_E2M1FN, 4);
+    case DType::F6_E2M3: return dl_of(C::Float6_E2M3FN, 6);
+    case DType::F6_E3M2: return dl_of(C::Float6_E3M2FN, 6);
+  }
+  return dl_of(C::UInt, 8);
+}
+
+bool sub_byte(DType d) { return ctstream::dtype_bits(d) < 8; }
+
+// What numpy can hold: the exact dtype, or same-width unsigned storage for the ones it lacks.
+dl::dtype storage_dl(DType d) {
+  using C = dl::dtype_code;
+  if (sub_byte(d)) return dl_of(C::UInt, 8);
+  const dl::dtype e = exact_dl(d);
+  switch (static_cast<C>(e.code)) {
+    case C::Bool: case C::Int: case C::UInt: case C::Complex: return e;
+    case C::Float: return e;  // float16/32/64
+    default: return dl_of(C::UInt, static_cast<uint8_t>(ctstream::dtype_bits(d)));  // bf16, fp8
+  }
+}
+
+std::string dl_name(dl::dtype t) {
+  using C = dl::dtype_code;
+  std::string base;
+  switch (static_cast<C>(t.code)) {
+    case C::Int: base = "int"; break;
+    case C::UInt: base = "uint"; break;
+    case C::Float: base = "float"; break;
+    case C::Bfloat: base = "bfloat"; break;
+    case C::Complex: base = "complex"; break;
+    case C::Bool: return "bool";
+    case C::Float8_E4M3FN: return "float8_e4m3fn";
+    case C::Float8_E5M2: return "float8_e5m2";
+    case C::Float8_E8M0FNU: return "float8_e8m0fnu";
+    case C::Float8_E4M3FNUZ: return "float8_e4m3fnuz";
+    case C::Float8_E5M2FNUZ: return "float8_e5m2fnuz";
+    default: base = "dlpack_code" + std::to_string(t.code) + "_"; break;
+  }
+  return base + std::to_string(t.bits);
+}
+
+// Does an `out` array of dtype `have` accept decoded elements of dtype `want`?
+// Exact match, or same-width unsigned/signed integer storage for the dtypes numpy lacks
+// (uint16/int16 for BF16 bits, uint8/int8 for F8_*).
+bool out_dtype_ok(dl::dtype have, DType want) {
+  using C = dl::dtype_code;
+  if (have.lanes != 1) return false;
+  if (have == exact_dl(want)) return true;
+  const auto code = static_cast<C>(have.code);
+  if (sub_byte(want)) return false;
+  const dl::dtype e = exact_dl(want);
+  const auto ecode = static_cast<C>(e.code);
+  const bool raw_ok = ecode != C::Int && ecode != C::UInt && ecode != C::Bool && ecode != C::Float && ecode != C::Complex;
+  return raw_ok && (code == C::UInt || code == C::Int) && have.bits == e.bits;
+}
+
+std::optional<DType> dtype_arg(const std::optional<std::string>& s) {
+  if (!s) return std::nullopt;
+  auto d = ctstream::dtype_from_user(*s);
+  if (!d) throw nb::value_error(("unknown dtype '" + *s + "' (use bfloat16, float16 or float32)").c_str());
+  if (!ctstream::is_float_output(*d))
+    throw nb::value_error(("dtype must be bfloat16, float16 or float32 (got '" + *s +
+                           "'); integer and bool tensors always come back as stored")
+                              .c_str());
+  return d;
+}
+
+// The dtype a tensor decodes to when `requested` is asked for: floating and compressed tensors
+// convert, other dense tensors keep their stored dtype (the CLI's `decompress --dtype` rule).
+DType resolve(const TensorInfo& t, std::optional<DType> requested) {
+  ctstream::DecompressOptions o;
+  o.dtype = requested;
+  return ctstream::decompressed_dtype(t, o);
+}
+
+bool convertible(const TensorInfo& t) { return t.format != ctstream::Format::dense || ctstream::is_float_output(t.dtype); }
+
+// ---- slices -------------------------------------------------------------------------------
+
+struct SliceArg {
+  std::optional<ctstream::Slice> slice;
+  std::vector<size_t> shape;  // result shape
+  uint64_t numel = 0;
+};
+
+SliceArg slice_arg(const TensorInfo& t, int64_t dim, uint64_t start, uint64_t stop) {
+  SliceArg a;
+  a.shape.assign(t.shape.begin(), t.shape.end());
+  if (dim >= 0) {
+    if (static_cast<uint64_t>(dim) >= t.shape.size())
+      throw nb::index_error(("slice dimension " + std::to_string(dim) + " out of range for '" + t.name + "' with " +
+                             std::to_string(t.shape.size()) + " dimensions")
+                                .c_str());
+    const uint64_t n = t.shape[dim];
+    stop = std::min(stop, n);
+    start = std::min(start, stop);
+    a.slice = ctstream::Slice{static_cast<unsigned>(dim), start, stop};
+    a.shape[dim] = stop - start;
+  }
+  a.numel = 1;
+  for (size_t s : a.shape) a.numel *= s;
+  return a;
+}
+
+// ---- output arrays ------------------------------------------------------------------------
+
+struct Buffer {
+  std::byte* data;
+  nb::capsule owner;
+};
+
+Buffer allocate(uint64_t bytes) {
+  if (bytes > static_cast<uint64_t>(std::numeric_limits<size_t>::max() / 2)) throw std::bad_alloc();
+  void* p = ::operator new(std::max<size_t>(bytes, 1), std::align_val_t{kAlign});
+  nb::capsule owner(p, [](void* q) noexcept { ::operator delete(q, std::align_val_t{kAlign}); });
+  return {static_cast<std::byte*>(p), std::move(owner)};
+}
+
+// A fresh numpy array for `shape` elements of `d` (sub-byte dtypes: 1-D bytes).
+nb::ndarray<nb::numpy> make_array(const Buffer& b, DType d, std::vector<size_t> shape, uint64_t bytes) {
+  if (sub_byte(d)) shape = {static_cast<size_t>(bytes)};
+  return nb::ndarray<nb::numpy>(b.data, shape.size(), shape.data(), b.owner, nullptr, storage_dl(d));
+}
+
+// ---- the checkpoint -------------------------------------------------------------------------
+
+using CkPtr = std::shared_ptr<const ctstream::Checkpoint>;
+
+class PyCheckpoint;
+
+// Iterates every tensor decoded into a fresh array. decode_next() is the one place that
+// produces the data of ckpt.tensors(): switch it to ctstream::Stream (budget_) there.
+class TensorIter {
+ public:
+  TensorIter(CkPtr ck, std::optional<DType> dtype, uint64_t budget, unsigned threads)
+      : ck_(std::move(ck)), dtype_(dtype), budget_(budget), threads_(threads) {}
+
+  nb::tuple decode_next() {
+    const auto ts = ck_->tensors();
+    if (i_ >= ts.size()) throw nb::stop_iteration();
+    const TensorInfo& t = ts[i_++];
+    const DType d = resolve(t, dtype_);
+    const uint64_t bytes = t.decoded_bytes(d);
+    Buffer b = allocate(bytes);
+    {
+      nb::gil_scoped_release unlocked;
+      if (i_ < ts.size()) ck_->will_need(ts[i_]);
+      ck_->decode_into(t, std::span<std::byte>(b.data, bytes), d);
+      ck_->release(t);  // its file pages leave the process: RSS stays ~ one tensor + the outputs held
+    }
+    return nb::make_tuple(t.name, make_array(b, d, {t.shape.begin(), t.shape.end()}, bytes),
+                          std::string(ctstream::dtype_name(d)));
+  }
+  size_t remaining() const { return ck_->tensors().size() - i_; }
+  uint64_t budget() const { return budget_; }
+  unsigned threads() const { return threads_; }
+
+ private:
+  CkPtr ck_;
+  std::optional<DType> dtype_;
+  size_t i_ = 0;
+  uint64_t budget_;   // bytes of decoded tensors allowed ahead of the consumer (Stream, to come)
+  unsigned threads_;
+};
+
+class PyCheckpoint {
+ public:
+  PyCheckpoint(const std::string& path, unsigned threads, const std::string& io, const std::string& order,
+               uint64_t budget)
+      : budget_(budget), threads_(threads) {
+    ctstream::OpenOptions o;
+    o.threads = threads;
+    if (io == "mmap") o.io = ctstream::IoMode::mmap;
+    else if (io == "pread") o.io = ctstream::IoMode::pread;
+    else throw nb::value_error(("io must be 'mmap' or 'pread', not '" + io + "'").c_str());
+    if (order == "file") o.order = ctstream::Order::file;
+    else if (order == "name") o.order = ctstream::Order::name;
+    else throw nb::value_error(("order must be 'file' or 'name', not '" + order + "'").c_str());
+    std::optional<ctstream::Checkpoint> ck;
+    {
+      nb::gil_scoped_release unlocked;
+      ck.emplace(ctstream::Checkpoint::open(path, o));
+    }
+    ck_ = std::make_shared<const ctstream::Checkpoint>(std::move(*ck));
+  }
+
+  void close() { ck_.reset(); }
+  bool closed() const { return !ck_; }
+  uint64_t budget() const { return budget_; }
+  unsigned threads() const { return threads_; }
+
+  const CkPtr& ck() const {
+    if (!ck_) throw nb::value_error("operation on a closed ctstream checkpoint");
+    return ck_;
+  }
+
+  std::vector<std::string> keys() const {
+    std::vector<std::string> k;
+    for (const auto& t : ck()->tensors()) k.push_back(t.name);
+    return k;
+  }
+  size_t size() const { return ck()->tensors().size(); }
+  bool contains(const std::string& name) const { return ck()->find(name) != nullptr; }
+  TensorInfo info(const std::string& name) const { return ck()->at(name); }
+  std::vector<TensorInfo> infos() const {
+    auto ts = ck()->tensors();
+    return {ts.begin(), ts.end()};
+  }
+  std::vector<std::string> files() const {
+    std::vector<std::string> f;
+    for (const auto& p : ck()->files()) f.push_back(p.string());
+    return f;
+  }
+  std::string config_json() const { return ck()->config_json(); }
+  std::map<std::string, std::string> metadata(uint32_t file) const {
+    if (file >= ck()->files().size()) throw nb::index_error("file index out of range");
+    return ck()->file_metadata(file);
+  }
+
+  // Decodes (a slice of) `name` into a fresh array. @return (array, dtype name)
+  nb::tuple decode(const std::string& name, std::optional<std::string> dtype, int64_t dim, uint64_t start,
+                   uint64_t stop) const {
+    CkPtr ck = this->ck();
+    const TensorInfo& t = ck->at(name);
+    const DType d = resolve(t, dtype_arg(dtype));
+    const SliceArg s = slice_arg(t, dim, start, stop);
+    const uint64_t bytes = sub_byte(d) ? (s.numel * ctstream::dtype_bits(d) + 7) / 8 : s.numel * (ctstream::dtype_bits(d) / 8);
+    Buffer b = allocate(bytes);
+    uint64_t n;
+    {
+      nb::gil_scoped_release unlocked;
+      n = ck->decode_into(t, std::span<std::byte>(b.data, bytes), d, s.slice);
+    }
+    if (n != bytes) throw std::runtime_error("ctstream: decoded " + std::to_string(n) + " bytes, expected " + std::to_string(bytes));
+    return nb::make_tuple(make_array(b, d, s.shape, bytes), std::string(ctstream::dtype_name(d)));
+  }
+
+  // Decodes (a slice of) `name` straight into the caller's array `out` (any DLPack / buffer
+  // protocol CPU array). dtype None: out's dtype decides for floating tensors.
+  // @return the dtype name written.
+  std::string decode_into(const std::string& name, nb::handle out, std::optional<std::string> dtype, int64_t dim,
+                          uint64_t start, uint64_t stop) const {
+    CkPtr ck = this->ck();
+    const TensorInfo& t = ck->at(name);
+    nb::ndarray<> arr;
+    if (!nb::try_cast(out, arr, /*convert=*/false)) {
+      nb::ndarray<nb::ro> ro;
+      if (nb::try_cast(out, ro, false))
+        throw nb::value_error(("out= for '" + name + "' is read-only; pass a writable array").c_str());
+      throw nb::type_error(("out= for '" + name + "' must be a torch.Tensor or numpy.ndarray on the CPU (any "
+                            "DLPack / buffer-protocol array), not " +
+                            std::string(nb::str(out.type().attr("__name__")).c_str()))
+                               .c_str());
+    }
+    if (arr.device_type() != nb::device::cpu::value)
+      throw nb::value_error(("out= for '" + name + "' is not in CPU memory (DLPack device type " +
+                             std::to_string(arr.device_type()) + "); decode into a CPU tensor and .copy_() it")
+                                .c_str());
+    std::optional<DType> req = dtype_arg(dtype);
+    DType d;
+    if (req) {
+      d = resolve(t, req);
+    } else if (convertible(t)) {
+      d = t.dtype;  // natural, unless out's dtype names a float output dtype
+      for (DType f : {DType::BF16, DType::F16, DType::F32})
+        if (arr.dtype() == exact_dl(f)) d = f;
+    } else {
+      d = t.dtype;
+    }
+    if (!out_dtype_ok(arr.dtype(), d))
+      throw nb::type_error(("out= for '" + name + "' has dtype " + dl_name(arr.dtype()) + ", but the tensor decodes as " +
+                            std::string(ctstream::dtype_name(d)) +
+                            (convertible(t) ? " (floating tensors: pass dtype= or an out of bfloat16, float16 or float32)"
+                                            : " (integer/bool tensors come back as stored)"))
+                               .c_str());
+    const SliceArg s = slice_arg(t, dim, start, stop);
+    auto shape_str = [](auto get, size_t n) {
+      std::string r = "(";
+      for (size_t i = 0; i < n; ++i) r += (i ? ", " : "") + std::to_string(get(i));
+      return r + (n == 1 ? ",)" : ")");
+    };
+    bool same = arr.ndim() == s.shape.size();
+    for (size_t i = 0; same && i < s.shape.size(); ++i) same = arr.shape(i) == s.shape[i];
+    if (!same)
+      throw nb::value_error(("out= for '" + name + "' has shape " + shape_str([&](size_t i) { return arr.shape(i); }, arr.ndim()) +
+                             ", expected " + shape_str([&](size_t i) { return s.shape[i]; }, s.shape.size()))
+                                .c_str());
+    // C-contiguous: strides (in elements) of the dimensions longer than 1 are row-major.
+    int64_t expect = 1;
+    for (size_t i = s.shape.size(); i-- > 0;) {
+      if (s.shape[i] != 1 && arr.stride(i) != expect)
+        throw nb::value_error(("out= for '" + name + "' is not C-contiguous; pass a contiguous array (.contiguous() / "
+                               "np.ascontiguousarray) or decode and copy")
+                                  .c_str());
+      expect *= static_cast<int64_t>(s.shape[i]);
+    }
+    const uint64_t bytes = arr.nbytes();
+    std::byte* p = static_cast<std::byte*>(arr.data_handle()) + arr.byte_offset();
+    {
+      nb::gil_scoped_release unlocked;
+      ck->decode_into(t, std::span<std::byte>(p, static_cast<size_t>(bytes)), d, s.slice);
+    }
+    return std::string(ctstream::dtype_name(d));
+  }
+
+  // Raw bytes of one stored part (keep-packed passthrough), as its stored dtype and shape.
+  nb::tuple read_part(const std::string& name, const std::string& role) const {
+    CkPtr ck = this->ck();
+    const TensorInfo& t = ck->at(name);
+    const ctstream::TensorPart* p = t.part(role);
+    if (!p) {
+      std::string roles;
+      for (const auto& q : t.parts) roles += (roles.empty() ? "" : ", ") + q.role;
+      throw nb::key_error(("tensor '" + name + "' has no stored part '" + role + "' (parts: " + roles + ")").c_str());
+    }
+    Buffer b = allocate(p->nbytes);
+    {
+      nb::gil_scoped_release unlocked;
+      ck->read_part(*p, std::span<std::byte>(b.data, p->nbytes));
+    }
+    return nb::make_tuple(make_array(b, p->dtype, {p->shape.begin(), p->shape.end()}, p->nbytes),
+                          std::string(ctstream::dtype_name(p->dtype)));
+  }
+
+  TensorIter iter(std::optional<std::string> dtype) const { return TensorIter(ck(), dtype_arg(dtype), budget_, threads_); }
+
+ private:
+  CkPtr ck_;
+  uint64_t budget_;
+  unsigned threads_;
+};
+
+void translate(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const ctstream::Error& e) {
+    PyObject* type = e.kind() == ctstream::ErrorKind::not_found ? g_not_found : g_error;
+    nb::object exc = nb::steal(PyObject_CallFunction(type, "s", e.what()));
+    if (!exc.is_valid()) return;  // the call set its own error
+    nb::setattr(exc, "kind", nb::str(std::string(ctstream::error_kind_name(e.kind())).c_str()));
+    nb::setattr(exc, "file", nb::str(e.file().c_str()));
+    nb::setattr(exc, "tensor", nb::str(e.tensor().c_str()));
+    PyErr_SetObject(type, exc.ptr());
+  }
+}
+
+std::vector<uint64_t> shape_of(const ctstream::Shape& s) { return {s.begin(), s.end()}; }
+
+}  // namespace
+
+NB_MODULE(_ctstream, m) {
+  m.doc() = "ctstream native module: decode compressed-tensors checkpoints into caller memory";
+  m.attr("__version__") = ctstream::version_string;
+  m.def("active_isa", [] { return std::string(ctstream::active_isa()); });
+
+  g_error = PyErr_NewExceptionWithDoc("ctstream.Error",
+                                      "Any failure reported by ctstream (malformed file, unsupported format, "
+                                      "bad argument). Attributes: kind (e.g. 'invalid_header'), file, tensor.",
+                                      PyExc_RuntimeError, nullptr);
+  nb::object bases = nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_KeyError));
+  g_not_found = PyErr_NewExceptionWithDoc("ctstream.NotFoundError", "No tensor of that name (also a KeyError).",
+                                          bases.ptr(), nullptr);
+  m.attr("Error") = nb::handle(g_error);
+  m.attr("NotFoundError") = nb::handle(g_not_found);
+  nb::register_exception_translator(translate);
+
+  nb::class_<ctstream::TensorPart>(m, "TensorPart", "One stored safetensors entry of a logical tensor.")
+      .def_ro("role", &ctstream::TensorPart::role)
+      .def_ro("key", &ctstream::TensorPart::key)
+      .def_prop_ro("dtype", [](const ctstream::TensorPart& p) { return std::string(ctstream::dtype_name(p.dtype)); })
+      .def_prop_ro("shape", [](const ctstream::TensorPart& p) { return shape_of(p.shape); })
+      .def_ro("file", &ctstream::TensorPart::file)
+      .def_ro("offset", &ctstream::TensorPart::offset)
+      .def_ro("nbytes", &ctstream::TensorPart::nbytes)
+      .def("__repr__", [](const ctstream::TensorPart& p) {
+        return "TensorPart(role='" + p.role + "', key='" + p.key + "', dtype=" + std::string(ctstream::dtype_name(p.dtype)) +
+               ", nbytes=" + std::to_string(p.nbytes) + ")";
+      });
+
+  nb::class_<TensorInfo>(m, "TensorInfo", "Metadata of one logical tensor (holds no data).")
+      .def_ro("name", &TensorInfo::name)
+      .def_prop_ro("shape", [](const TensorInfo& t) { return shape_of(t.shape); })
+      .def_prop_ro("dtype", [](const TensorInfo& t) { return std::string(ctstream::dtype_name(t.dtype)); },
+                   "natural decoded dtype (safetensors spelling, e.g. 'BF16')")
+      .def_prop_ro("format", [](const TensorInfo& t) { return std::string(ctstream::format_name(t.format)); })
+      .def_ro("quantized", &TensorInfo::quantized)
+      .def_prop_ro("num_bits", [](const TensorInfo& t) -> std::optional<unsigned> {
+        return t.quantized ? std::optional<unsigned>(t.quant.num_bits) : std::nullopt;
+      })
+      .def_prop_ro("strategy", [](const TensorInfo& t) -> std::optional<std::string> {
+        return t.quantized ? std::optional<std::string>(std::string(ctstream::strategy_name(t.quant.strategy))) : std::nullopt;
+      })
+      .def_prop_ro("group_size", [](const TensorInfo& t) -> std::optional<uint64_t> {
+        return t.quantized && t.quant.group_size ? std::optional<uint64_t>(t.quant.group_size) : std::nullopt;
+      })
+      .def_prop_ro("symmetric", [](const TensorInfo& t) -> std::optional<bool> {
+        return t.quantized ? std::optional<bool>(t.quant.symmetric) : std::nullopt;
+      })
+      .def_ro("parts", &TensorInfo::parts)
+      .def_prop_ro("numel", &TensorInfo::numel)
+      .def_prop_ro("stored_bytes", &TensorInfo::stored_bytes)
+      .def("decoded_bytes", [](const TensorInfo& t, std::optional<std::string> dtype) {
+        return t.decoded_bytes(resolve(t, dtype_arg(dtype)));
+      }, "dtype"_a = nb::none())
+      .def("__repr__", [](const TensorInfo& t) {
+        std::string s = "TensorInfo(name='" + t.name + "', shape=[";
+        for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+        return s + "], dtype=" + std::string(ctstream::dtype_name(t.dtype)) + ", format='" +
+               std::string(ctstream::format_name(t.format)) + "')";
+      });
+
+  nb::class_<TensorIter>(m, "_TensorIter")
+      .def("__iter__", [](nb::handle self) { return self; })
+      .def("__next__", &TensorIter::decode_next)
+      .def("__length_hint__", &TensorIter::remaining)
+      .def_prop_ro("budget", &TensorIter::budget)
+      .def_prop_ro("threads", &TensorIter::threads);
+
+  nb::class_<PyCheckpoint>(m, "_Checkpoint")
+      .def(nb::init<const std::string&, unsigned, const std::string&, const std::string&, uint64_t>(), "path"_a,
+           "threads"_a = 0, "io"_a = "mmap", "order"_a = "file", "budget"_a = 0)
+      .def("close", &PyCheckpoint::close)
+      .def_prop_ro("closed", &PyCheckpoint::closed)
+      .def_prop_ro("budget", &PyCheckpoint::budget)
+      .def_prop_ro("threads", &PyCheckpoint::threads)
+      .def("keys", &PyCheckpoint::keys)
+      .def("__len__", &PyCheckpoint::size)
+      .def("__contains__", &PyCheckpoint::contains)
+      .def("info", &PyCheckpoint::info, "name"_a)
+      .def("infos", &PyCheckpoint::infos)
+      .def("files", &PyCheckpoint::files)
+      .def("config_json", &PyCheckpoint::config_json)
+      .def("metadata", &PyCheckpoint::metadata, "file"_a = 0)
+      .def("decode", &PyCheckpoint::decode, "name"_a, "dtype"_a = nb::none(), "dim"_a = -1, "start"_a = 0,
+           "stop"_a = kNoStop)
+      .def("decode_into", &PyCheckpoint::decode_into, "name"_a, "out"_a, "dtype"_a = nb::none(), "dim"_a = -1,
+           "start"_a = 0, "stop"_a = kNoStop)
+      .def("read_part", &PyCheckpoint::read_part, "name"_a, "role"_a)
+      .def("iter", &PyCheckpoint::iter, "dtype"_a = nb::none());
+}
