@@ -15,3 +15,7 @@ if [ "${CTSTREAM_SKIP_SANITIZE:-0}" != 1 ]; then
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -j2)
 fi
+if [ "${CTSTREAM_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== libFuzzer smoke run of the open + decode path (clang, ASan + UBSan)"
+  bash tools/fuzz.sh "${CTSTREAM_FUZZ_SECONDS:-30}"
+fi

@@ -1,5 +1,9 @@
 #include "codecs/dispatch.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -9,14 +13,22 @@
 namespace ctstream::codecs {
 namespace {
 
+#if defined(__x86_64__) || defined(__i386__)
+// F16C is CPUID.1:ECX[29] (not every compiler's __builtin_cpu_supports knows the name).
+bool has_f16c() noexcept {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 Isa best_supported() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   // AVX-512 kernels use F, BW, VL, VBMI2 (expand/compress on bytes and words).
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2"))
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2") && has_f16c())
     return Isa::avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2") &&
+  if (__builtin_cpu_supports("avx2") && has_f16c() && __builtin_cpu_supports("bmi2") &&
       __builtin_cpu_supports("fma"))
     return Isa::avx2;
 #endif

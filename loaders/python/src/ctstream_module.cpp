@@ -390,6 +390,10 @@ class PyCheckpoint {
                           std::string(ctstream::dtype_name(p->dtype)));
   }
 
+  std::string resolved_dtype(const std::string& name, std::optional<std::string> dtype) const {
+    return std::string(ctstream::dtype_name(resolve(ck()->at(name), dtype_arg(dtype))));
+  }
+
   TensorIter iter(std::optional<std::string> dtype) const { return TensorIter(ck(), dtype_arg(dtype), budget_, threads_); }
 
  private:
@@ -503,6 +507,7 @@ NB_MODULE(_ctstream, m) {
            "stop"_a = kNoStop)
       .def("decode_into", &PyCheckpoint::decode_into, "name"_a, "out"_a, "dtype"_a = nb::none(), "dim"_a = -1,
            "start"_a = 0, "stop"_a = kNoStop)
+      .def("resolved_dtype", &PyCheckpoint::resolved_dtype, "name"_a, "dtype"_a = nb::none())
       .def("read_part", &PyCheckpoint::read_part, "name"_a, "role"_a)
       .def("iter", &PyCheckpoint::iter, "dtype"_a = nb::none());
 }

@@ -1,0 +1,416 @@
+"""ctstream: decode compressed-tensors checkpoints natively, tensor by tensor, into torch tensors
+or numpy arrays (or straight into memory you already own).
+
+    import ctstream
+    with ctstream.open("model_dir", threads=2, budget="512MB") as ckpt:
+        for name, tensor in ckpt.tensors(dtype="bfloat16"):
+            model_params[name].copy_(tensor)
+        w = ckpt.get("model.layers.0.mlp.down_proj.weight", dtype="float16", out=preallocated)
+        s = ckpt.get_slice(name)[rank * rows:(rank + 1) * rows]     # tensor-parallel shard
+        parts = ckpt.packed(name)                                   # stored parts, undecoded
+
+Return types (``framework=``): ``"pt"`` gives ``torch.Tensor`` (CPU), ``"np"`` gives
+``numpy.ndarray``; the default ``None`` picks torch when it can be imported, else numpy. torch is
+never imported by ``import ctstream`` itself.
+
+numpy has no bfloat16 or float8: with ``framework="np"`` such tensors come back as
+``ml_dtypes.bfloat16`` / ``ml_dtypes.float8_*`` arrays when the ``ml_dtypes`` package is
+installed, otherwise as same-width unsigned integers holding the raw bits (bfloat16 -> uint16,
+float8 -> uint8; ``torch.from_numpy(a).view(torch.bfloat16)`` recovers the values). Use
+``dtype="float32"`` (or ``"float16"``) to get plain numpy floats.
+
+dtype rule: ``dtype=`` (bfloat16 / float16 / float32, also as torch or numpy dtypes) applies to
+floating and compressed tensors; integer and bool tensors always come back as stored, exactly as
+``ctstream decompress --dtype`` writes them. ``dtype=None`` gives each tensor's natural dtype:
+the one the compressed-tensors library's decompression returns.
+
+Memory: every returned tensor owns its memory (zero-copy hand-off from the decoder: the array is
+allocated once and decoded into with the GIL released). ``out=`` decodes into a torch tensor /
+numpy array you pass (any CPU array speaking DLPack or the buffer protocol): it must be
+writable, C-contiguous, of exactly the tensor's (or slice's) shape and of the output dtype.
+"""
+from __future__ import annotations
+
+import json
+import operator
+import os
+import re
+import sys
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+
+from . import _ctstream as _native
+from ._ctstream import Error, NotFoundError, TensorInfo, TensorPart, active_isa
+
+__version__: str = _native.__version__
+__all__ = [
+    "open", "Checkpoint", "TensorSlice", "TensorInfo", "TensorPart", "Error", "NotFoundError",
+    "parse_budget", "active_isa", "__version__",
+]
+
+# ---- dtypes ------------------------------------------------------------------------------------
+
+# ctstream dtype name -> torch dtype attribute, for dtypes that travel as unsigned storage.
+_TORCH_VIEW = {
+    "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu", "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
+}
+# ... and the ml_dtypes names for numpy.
+_ML_VIEW = {
+    "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu", "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
+}
+_ML_RAW = {"bfloat16": "uint16"}  # ml_dtypes numpy dtype name -> raw storage accepted by out=
+
+
+def _dtype_str(dtype: Any) -> Optional[str]:
+    """None, a string, a torch.dtype or a numpy dtype -> the spelling the native side parses."""
+    if dtype is None or isinstance(dtype, str):
+        return dtype
+    mod = type(dtype).__module__
+    if mod.startswith("torch"):
+        return str(dtype).replace("torch.", "")
+    try:
+        import numpy as np
+
+        return np.dtype(dtype).name
+    except TypeError:
+        raise TypeError(f"dtype must be a string, torch.dtype or numpy dtype, not {dtype!r}") from None
+
+
+_torch_mod: Any = None
+_ml_dtypes_mod: Any = None
+
+
+def _torch():
+    global _torch_mod
+    if _torch_mod is None:
+        try:
+            import torch
+        except ImportError:
+            _torch_mod = False
+        else:
+            _torch_mod = torch
+    return _torch_mod or None
+
+
+def _ml_dtypes():
+    global _ml_dtypes_mod
+    if _ml_dtypes_mod is None:
+        try:
+            import ml_dtypes
+        except ImportError:
+            _ml_dtypes_mod = False
+        else:
+            _ml_dtypes_mod = ml_dtypes
+    return _ml_dtypes_mod or None
+
+
+def _resolve_framework(framework: Optional[str]) -> str:
+    if framework in (None, "auto"):
+        return "pt" if _torch() is not None else "np"
+    if framework in ("pt", "torch"):
+        if _torch() is None:
+            raise ImportError("framework='pt' needs torch, which cannot be imported")
+        return "pt"
+    if framework in ("np", "numpy"):
+        return "np"
+    raise ValueError(f"framework must be 'pt', 'np' or None, not {framework!r}")
+
+
+def _wrap(arr, dtype_name: str, framework: str):
+    """numpy storage array from the native side -> the user's tensor type (zero-copy)."""
+    if framework == "pt":
+        torch = _torch()
+        t = torch.from_numpy(arr)
+        view = _TORCH_VIEW.get(dtype_name)
+        if view is not None and hasattr(torch, view):
+            t = t.view(getattr(torch, view))
+        return t
+    view = _ML_VIEW.get(dtype_name)
+    if view is not None:
+        ml = _ml_dtypes()
+        if ml is not None and hasattr(ml, view):
+            return arr.view(getattr(ml, view))
+    return arr
+
+
+def _out_target(out):
+    """What the native side receives for out=: a detached torch tensor, or a raw-bits view of an
+    ml_dtypes numpy array (numpy cannot export those dtypes)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(out, torch.Tensor):
+        return out.detach() if out.requires_grad else out
+    dt = getattr(out, "dtype", None)
+    raw = _ML_RAW.get(getattr(dt, "name", ""))
+    if raw is None and getattr(dt, "name", "").startswith("float8") and getattr(dt, "itemsize", 0) == 1:
+        raw = "uint8"
+    if raw is not None and type(out).__module__ == "numpy":
+        return out.view(raw)
+    return out
+
+
+# ---- budget ------------------------------------------------------------------------------------
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_BUDGET_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_budget(budget: Union[None, int, str]) -> int:
+    """Bytes of decoded tensors the loader may hold ahead of the consumer.
+
+    None -> 0 (the library default); an int is a byte count; a string is a number with an
+    optional unit: "512MB", "1.5G", "2GiB", "1048576" (K/M/G/T and KB/MB/GB/TB = 1000^n,
+    KiB/MiB/GiB/TiB = 1024^n, case-insensitive). Raises ValueError / TypeError otherwise."""
+    if budget is None:
+        return 0
+    if isinstance(budget, bool):
+        raise TypeError("budget must be an int, a string like '512MB', or None")
+    if isinstance(budget, int):
+        if budget <= 0:
+            raise ValueError(f"budget must be positive, got {budget}")
+        return budget
+    if not isinstance(budget, str):
+        raise TypeError(f"budget must be an int, a string like '512MB', or None, not {type(budget).__name__}")
+    m = _BUDGET_RE.match(budget)
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise ValueError(f"cannot parse budget {budget!r}: use e.g. 512MB, 2GiB, 1.5G or a byte count")
+    value = int(float(m.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise ValueError(f"budget must be positive, got {budget!r}")
+    return value
+
+
+# ---- checkpoint --------------------------------------------------------------------------------
+
+def open(path: Union[str, "os.PathLike[str]"], *, threads: int = 0, budget: Union[None, int, str] = None,
+         io: str = "mmap", order: str = "file", framework: Optional[str] = None) -> "Checkpoint":
+    """Opens a checkpoint: a ``.safetensors`` file, or a directory with
+    ``model.safetensors.index.json`` or ``*.safetensors`` shards (and ``config.json``, whose
+    ``quantization_config`` / ``sparsity_config`` tell how tensors are compressed). Reads only
+    headers; tensor bytes are read when a tensor is decoded.
+
+    threads: threads that decode one large tensor (0 = all cores).
+    budget: bytes of decoded tensors ``tensors()`` may hold ahead of you ("512MB", "2GiB", int).
+    io: "mmap" (default) or "pread" (network filesystems).
+    order: iteration order of ``tensors()``/``keys()``: "file" (sequential I/O) or "name".
+    framework: "pt", "np" or None (torch if importable, else numpy).
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise ValueError(f"threads must be an int >= 0, got {threads!r}")
+    fw = _resolve_framework(framework)
+    native = _native._Checkpoint(os.fspath(path), threads, io, order, parse_budget(budget))
+    return Checkpoint(native, fw)
+
+
+class Checkpoint:
+    """An open checkpoint (see ``ctstream.open``). A context manager; also closes when collected.
+    Methods may be called from several threads at once (decoding releases the GIL)."""
+
+    def __init__(self, native: "_native._Checkpoint", framework: str):
+        self._n = native
+        self._fw = framework
+
+    # -- lifetime
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Releases the files. Tensors already returned stay valid (they own their memory)."""
+        self._n.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._n.closed
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<ctstream.Checkpoint (closed)>"
+        return f"<ctstream.Checkpoint {len(self)} tensors from {len(self.files)} file(s)>"
+
+    # -- metadata
+    @property
+    def framework(self) -> str:
+        """"pt" or "np": the type returned tensors have."""
+        return self._fw
+
+    @property
+    def budget(self) -> int:
+        """The parsed ``budget`` in bytes (0 = library default)."""
+        return self._n.budget
+
+    @property
+    def threads(self) -> int:
+        return self._n.threads
+
+    def keys(self) -> List[str]:
+        """Logical tensor names in iteration order (compressed parts grouped: one name per
+        decoded tensor, e.g. ``...weight`` for ``weight_packed`` + ``weight_scale``)."""
+        return self._n.keys()
+
+    def __len__(self) -> int:
+        return len(self._n)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._n
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def info(self, name: str) -> TensorInfo:
+        """Metadata of one tensor: shape, natural dtype, format, quantization, stored parts."""
+        return self._n.info(name)
+
+    def infos(self) -> List[TensorInfo]:
+        return self._n.infos()
+
+    @property
+    def files(self) -> List[str]:
+        """The safetensors files (shards) of the checkpoint; TensorPart.file indexes this."""
+        return self._n.files()
+
+    @property
+    def config(self) -> Optional[Dict[str, Any]]:
+        """config.json, parsed; None when the checkpoint has none."""
+        text = self._n.config_json()
+        return json.loads(text) if text else None
+
+    def metadata(self, file: int = 0) -> Dict[str, str]:
+        """``__metadata__`` of one file."""
+        return self._n.metadata(file)
+
+    # -- data
+    def tensors(self, dtype: Any = None) -> Iterator[Tuple[str, Any]]:
+        """Yields ``(name, tensor)`` for every tensor, decoded, in iteration order. Each tensor
+        is a fresh array you own; file pages of each tensor are dropped once it is decoded, so
+        resident memory stays about the tensors you keep plus one being decoded."""
+        fw = self._fw
+        for name, arr, dt in self._n.iter(_dtype_str(dtype)):
+            yield name, _wrap(arr, dt, fw)
+
+    def get(self, name: str, dtype: Any = None, out: Any = None):
+        """Decodes one tensor. With ``out=`` it is written into that torch tensor / numpy array
+        (checked: CPU, writable, C-contiguous, exact shape, dtype) and ``out`` is returned;
+        with ``out=`` and no ``dtype``, a float ``out`` decides the dtype of floating tensors.
+        Raises NotFoundError (a KeyError) for an unknown name."""
+        return self._get(name, dtype, out, -1, 0, _NO_STOP)
+
+    get_tensor = get  # safetensors.safe_open spelling
+
+    def _get(self, name, dtype, out, dim, start, stop):
+        dt = _dtype_str(dtype)
+        if out is not None:
+            self._n.decode_into(name, _out_target(out), dt, dim, start, stop)
+            return out
+        arr, real = self._n.decode(name, dt, dim, start, stop)
+        return _wrap(arr, real, self._fw)
+
+    def get_slice(self, name: str, dtype: Any = None) -> "TensorSlice":
+        """A lazily decoded view: index it (``[a:b]``, ``[:, a:b]``, ``[i]``, ``[..., a:b]``) to
+        decode only those rows/columns. One restricted dimension is decoded natively (the
+        cheapest); further restrictions are applied to that result."""
+        return TensorSlice(self, name, dtype)
+
+    def packed(self, name: str) -> Dict[str, Any]:
+        """The stored parts of a tensor, undecoded: ``{role: tensor}`` (e.g. ``weight_packed``,
+        ``weight_scale``, ``weight_zero_point``, ``weight_shape``), each with its stored dtype
+        and shape — what an engine running the quantized kernels loads."""
+        info = self._n.info(name)
+        out = {}
+        for p in info.parts:
+            arr, dt = self._n.read_part(name, p.role)
+            out[p.role] = _wrap(arr, dt, self._fw)
+        return out
+
+
+_NO_STOP = 2**64 - 1
+
+
+class TensorSlice:
+    """Returned by ``Checkpoint.get_slice``; like safetensors' ``PySafeSlice``."""
+
+    def __init__(self, ckpt: Checkpoint, name: str, dtype: Any = None):
+        self._ck = ckpt
+        self._name = name
+        self._dtype = dtype
+        self._info = ckpt.info(name)
+
+    def get_shape(self) -> List[int]:
+        return list(self._info.shape)
+
+    @property
+    def shape(self) -> List[int]:
+        return self.get_shape()
+
+    def get_dtype(self) -> str:
+        """The dtype the slice decodes to (safetensors spelling)."""
+        return self._ck._n.resolved_dtype(self._name, _dtype_str(self._dtype))
+
+    def __len__(self) -> int:
+        return self._info.shape[0] if self._info.shape else 0
+
+    def __getitem__(self, key):
+        return self.get(key)
+
+    def get(self, key=..., out: Any = None):
+        """``slice[key]``, optionally decoded into ``out`` (one restricted dimension only)."""
+        shape = list(self._info.shape)
+        ranges, squeeze = _normalize_key(key, shape)
+        restricted = [d for d, (a, b) in enumerate(ranges) if (a, b) != (0, shape[d])]
+        if not restricted:
+            res = self._ck._get(self._name, self._dtype, out, -1, 0, _NO_STOP)
+        else:
+            # decode natively along the most selective dimension
+            dim = min(restricted, key=lambda d: (ranges[d][1] - ranges[d][0]) / max(shape[d], 1))
+            rest = [d for d in restricted if d != dim]
+            if rest and out is not None:
+                raise ValueError("out= works with slices restricted along one dimension only")
+            if squeeze and out is not None:
+                raise ValueError("out= needs slices (a:b), not integer indices")
+            a, b = ranges[dim]
+            res = self._ck._get(self._name, self._dtype, out, dim, a, b)
+            if rest:
+                idx = tuple(slice(ranges[d][0], ranges[d][1]) if d in rest else slice(None) for d in range(len(shape)))
+                res = res[idx]
+                res = res.contiguous() if hasattr(res, "contiguous") else res.copy()
+        if squeeze:
+            new_shape = [n for d, n in enumerate(res.shape) if d not in squeeze]
+            res = res.reshape(new_shape)
+        return res
+
+
+def _normalize_key(key, shape):
+    """Index key -> ([(start, stop) per dim], [dims indexed by an int]). Steps must be 1."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (len(shape) - len(key) + 1) + key[i + 1:]
+    if len(key) > len(shape):
+        raise IndexError(f"too many indices: tensor is {len(shape)}-dimensional, {len(key)} given")
+    key = key + (slice(None),) * (len(shape) - len(key))
+    ranges, squeeze = [], []
+    for d, (k, n) in enumerate(zip(key, shape)):
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            if step != 1:
+                raise ValueError(f"ctstream slices need step 1 (dimension {d} has step {step})")
+            ranges.append((start, max(start, stop)))
+        else:
+            try:
+                i = operator.index(k)
+            except TypeError:
+                raise TypeError(f"index must be an int, a slice or ..., not {type(k).__name__}") from None
+            if i < 0:
+                i += n
+            if not 0 <= i < n:
+                raise IndexError(f"index {k} out of range for dimension {d} of size {n}")
+            ranges.append((i, i + 1))
+            squeeze.append(d)
+    return ranges, squeeze
