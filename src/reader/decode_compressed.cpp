@@ -138,12 +138,49 @@ DequantSpec spec_for(const TensorInfo& t, DType out, uint64_t group_size) {
   return DequantSpec{t.dtype, out, group_size};
 }
 
-class PackedIntDecoder final : public RowDecoder {
+// Shared by every quantized format: the main stored part, its scales, and the two ways a row
+// is finished — the fused 4-bit kernel, or f32 values through the generic dequant kernel.
+class ScaledDecoder : public RowDecoder {
+ protected:
+  ScaledDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols,
+                const char* main_role)
+      : ck_(ck), main_(need_part(ck, t, main_role)), scales_(ck, t, rows, cols), cols_(cols),
+        spec_(spec_for(t, out, scales_.group_size())) {}
+
+  // Columns [c0, c1) of row r from 4-bit codes (byte m: column 2m low nibble) whose row starts
+  // at byte `row_off` of the main part. False when c0 is not on a byte and group boundary.
+  bool nibbles(uint64_t r, uint64_t row_off, uint64_t c0, uint64_t c1, const float* lut, std::byte* out) const {
+    const auto goff = scales_.window_offset(c0, cols_);
+    if (c0 % 2 || !goff) return false;
+    thread_local std::vector<std::byte> sw, ss;
+    thread_local std::vector<float> sf;
+    auto w = ck_.bytes(main_, row_off + c0 / 2, (c1 - c0 + 1) / 2, sw);
+    const float* zp = scales_.zp_row(r);
+    codecs::dequant_nibble_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(w.data()), c1 - c0, lut,
+                                                        scales_.row(r, sf, ss) + *goff, zp ? zp + *goff : nullptr,
+                                                        spec_, out);
+    return true;
+  }
+  // n f32 values of row r starting at a column whose scale entry is `goff`.
+  void dequant(uint64_t r, const float* x, uint64_t n, uint64_t goff, const int32_t* gidx, std::byte* out) const {
+    thread_local std::vector<std::byte> ss;
+    thread_local std::vector<float> sf;
+    const float* zp = scales_.zp_row(r);
+    codecs::dequant_f32_row(x, n, scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, gidx, spec_, out);
+  }
+
+  const Checkpoint::Impl& ck_;
+  const TensorPart& main_;
+  Scales scales_;
+  uint64_t cols_;
+  DequantSpec spec_;
+};
+
+class PackedIntDecoder final : public ScaledDecoder {
  public:
   PackedIntDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
-      : ck_(ck), packed_(need_part(ck, t, "weight_packed")), scales_(ck, t, rows, cols), cols_(cols),
-        bits_(t.quant.num_bits), dense_(!t.quant.legacy_packing),
-        row_bytes_(detail::packed_words(cols, bits_, dense_) * 4), spec_(spec_for(t, out, scales_.group_size())) {
+      : ScaledDecoder(ck, t, out, rows, cols, "weight_packed"), bits_(t.quant.num_bits),
+        dense_(!t.quant.legacy_packing), row_bytes_(detail::packed_words(cols, bits_, dense_) * 4) {
     if (const TensorPart* gi = t.part("weight_g_idx")) {
       // 0.12 act-order: column j uses scale column g_idx[j]; a -1 anywhere means plain order
       // (forward.py `_process_quantization`).
@@ -161,73 +198,40 @@ class PackedIntDecoder final : public RowDecoder {
     }
   }
   void row(uint64_t r, std::byte* out) const override {
-    thread_local std::vector<std::byte> sw, ss;
-    thread_local std::vector<float> sf, xf;
-    auto w = ck_.bytes(packed_, r * row_bytes_, row_bytes_, sw);
-    const float* sc = scales_.row(r, sf, ss);
-    const float* zp = scales_.zp_row(r);
-    const auto* wb = reinterpret_cast<const uint8_t*>(w.data());
-    if (bits_ == 4 && gidx_.empty()) {  // nibble order equals the int32 packing on little-endian
-      codecs::dequant_nibble_kernel(codecs::active_isa())(wb, cols_, kInt4Lut.data(), sc, zp, spec_, out);
-      return;
-    }
+    // int4: the nibble order of the int32 packing on a little-endian host is the fp4 one.
+    if (fused() && nibbles(r, r * row_bytes_, 0, cols_, kInt4Lut.data(), out)) return;
+    thread_local std::vector<std::byte> sw;
+    thread_local std::vector<float> xf;
+    auto w = ck_.bytes(main_, r * row_bytes_, row_bytes_, sw);
     xf.resize(cols_);
-    codecs::unpack_int_row(wb, bits_, dense_, cols_, xf.data());
-    codecs::dequant_f32_row(xf.data(), cols_, sc, zp, gidx_.empty() ? nullptr : gidx_.data(), spec_, out);
+    codecs::unpack_int_row(reinterpret_cast<const uint8_t*>(w.data()), bits_, dense_, cols_, xf.data());
+    dequant(r, xf.data(), cols_, 0, gidx_.empty() ? nullptr : gidx_.data(), out);
   }
   bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
-    const auto goff = scales_.window_offset(c0, cols_);
-    if (bits_ != 4 || !gidx_.empty() || c0 % 2 || !goff) return false;
-    thread_local std::vector<std::byte> sw, ss;
-    thread_local std::vector<float> sf;
-    auto w = ck_.bytes(packed_, r * row_bytes_ + c0 / 2, (c1 - c0 + 1) / 2, sw);
-    const float* sc = scales_.row(r, sf, ss) + *goff;
-    const float* zp = scales_.zp_row(r);
-    codecs::dequant_nibble_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(w.data()), c1 - c0,
-                                                        kInt4Lut.data(), sc, zp ? zp + *goff : nullptr, spec_, out);
-    return true;
+    return fused() && nibbles(r, r * row_bytes_, c0, c1, kInt4Lut.data(), out);
   }
 
  private:
-  const Checkpoint::Impl& ck_;
-  const TensorPart& packed_;
-  Scales scales_;
-  uint64_t cols_;
+  bool fused() const { return bits_ == 4 && gidx_.empty(); }
   unsigned bits_;
   bool dense_;
   uint64_t row_bytes_;
-  DequantSpec spec_;
   std::vector<int32_t> gidx_;
 };
 
 // naive / int / float / mxfp8: values stored unpacked (I8 two's complement or F8_E4M3).
-class NaiveDecoder final : public RowDecoder {
+class NaiveDecoder final : public ScaledDecoder {
  public:
   NaiveDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
-      : ck_(ck), w_(need_part(ck, t, "weight")), scales_(ck, t, rows, cols), cols_(cols),
-        spec_(spec_for(t, out, scales_.group_size())) {
-    if (w_.dtype != DType::I8 && w_.dtype != DType::F8_E4M3)
-      fail(ck, t, ErrorKind::unsupported, "quantized values of dtype " + std::string(dtype_name(w_.dtype)));
+      : ScaledDecoder(ck, t, out, rows, cols, "weight") {
+    if (main_.dtype != DType::I8 && main_.dtype != DType::F8_E4M3)
+      fail(ck, t, ErrorKind::unsupported, "quantized values of dtype " + std::string(dtype_name(main_.dtype)));
   }
-  void row(uint64_t r, std::byte* out) const override {
-    thread_local std::vector<std::byte> sw, ss;
-    thread_local std::vector<float> sf, xf;
-    auto v = ck_.bytes(w_, r * cols_, cols_, sw);
-    xf.resize(cols_);
-    values_to_f32(w_.dtype, v.data(), cols_, xf.data());
-    codecs::dequant_f32_row(xf.data(), cols_, scales_.row(r, sf, ss), scales_.zp_row(r), nullptr, spec_, out);
-  }
+  void row(uint64_t r, std::byte* out) const override { window(r, 0, cols_, 0, out); }
   bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
     const auto goff = scales_.window_offset(c0, cols_);
     if (!goff) return false;
-    thread_local std::vector<std::byte> sw, ss;
-    thread_local std::vector<float> sf, xf;
-    auto v = ck_.bytes(w_, r * cols_ + c0, c1 - c0, sw);
-    xf.resize(c1 - c0);
-    values_to_f32(w_.dtype, v.data(), c1 - c0, xf.data());
-    const float* zp = scales_.zp_row(r);
-    codecs::dequant_f32_row(xf.data(), c1 - c0, scales_.row(r, sf, ss) + *goff, zp ? zp + *goff : nullptr, nullptr,
-                            spec_, out);
+    window(r, c0, c1, *goff, out);
     return true;
   }
   static void values_to_f32(DType d, const std::byte* v, uint64_t n, float* x) {
@@ -238,72 +242,45 @@ class NaiveDecoder final : public RowDecoder {
   }
 
  private:
-  const Checkpoint::Impl& ck_;
-  const TensorPart& w_;
-  Scales scales_;
-  uint64_t cols_;
-  DequantSpec spec_;
+  void window(uint64_t r, uint64_t c0, uint64_t c1, uint64_t goff, std::byte* out) const {
+    thread_local std::vector<std::byte> sw;
+    thread_local std::vector<float> xf;
+    auto v = ck_.bytes(main_, r * cols_ + c0, c1 - c0, sw);
+    xf.resize(c1 - c0);
+    values_to_f32(main_.dtype, v.data(), c1 - c0, xf.data());
+    dequant(r, xf.data(), c1 - c0, goff, nullptr, out);
+  }
 };
 
 // nvfp4 / mxfp4: E2M1 nibbles, row-major, even column in the low nibble (nvfp4/helpers.py).
-class Fp4Decoder final : public RowDecoder {
+class Fp4Decoder final : public ScaledDecoder {
  public:
   Fp4Decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
-      : ck_(ck), packed_(need_part(ck, t, "weight_packed")), scales_(ck, t, rows, cols), cols_(cols),
-        spec_(spec_for(t, out, scales_.group_size())) {}
-  void row(uint64_t r, std::byte* out) const override {
-    thread_local std::vector<std::byte> sw, ss;
-    thread_local std::vector<float> sf;
-    auto w = ck_.bytes(packed_, r * cols_ / 2, cols_ / 2, sw);
-    codecs::dequant_nibble_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(w.data()), cols_,
-                                                        e2m1_lut().data(), scales_.row(r, sf, ss), nullptr, spec_, out);
-  }
+      : ScaledDecoder(ck, t, out, rows, cols, "weight_packed") {}
+  void row(uint64_t r, std::byte* out) const override { nibbles(r, r * cols_ / 2, 0, cols_, e2m1_lut().data(), out); }
   bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
-    const auto goff = scales_.window_offset(c0, cols_);
-    if (c0 % 2 || !goff) return false;
-    thread_local std::vector<std::byte> sw, ss;
-    thread_local std::vector<float> sf;
-    auto w = ck_.bytes(packed_, r * cols_ / 2 + c0 / 2, (c1 - c0 + 1) / 2, sw);
-    codecs::dequant_nibble_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(w.data()), c1 - c0,
-                                                        e2m1_lut().data(), scales_.row(r, sf, ss) + *goff, nullptr,
-                                                        spec_, out);
-    return true;
+    return nibbles(r, r * cols_ / 2, c0, c1, e2m1_lut().data(), out);
   }
-
- private:
-  const Checkpoint::Impl& ck_;
-  const TensorPart& packed_;
-  Scales scales_;
-  uint64_t cols_;
-  DequantSpec spec_;
 };
 
 // mxfp6: every 3 bytes hold 4 E2M3 codes, code j = (b0 | b1<<8 | b2<<16) >> 6j (mxfp6/helpers.py).
-class Fp6Decoder final : public RowDecoder {
+class Fp6Decoder final : public ScaledDecoder {
  public:
   Fp6Decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
-      : ck_(ck), packed_(need_part(ck, t, "weight_packed")), scales_(ck, t, rows, cols), cols_(cols),
-        spec_(spec_for(t, out, scales_.group_size())) {}
+      : ScaledDecoder(ck, t, out, rows, cols, "weight_packed") {}
   void row(uint64_t r, std::byte* out) const override {
-    thread_local std::vector<std::byte> sw, ss;
-    thread_local std::vector<float> sf, xf;
+    thread_local std::vector<std::byte> sw;
+    thread_local std::vector<float> xf;
     const uint64_t rb = cols_ / 4 * 3;
-    auto w = ck_.bytes(packed_, r * rb, rb, sw);
+    auto w = ck_.bytes(main_, r * rb, rb, sw);
     xf.resize(cols_);
     for (uint64_t k = 0; k < cols_ / 4; ++k) {
       const auto* b = reinterpret_cast<const uint8_t*>(w.data()) + 3 * k;
       const uint32_t word = b[0] | (uint32_t(b[1]) << 8) | (uint32_t(b[2]) << 16);
       for (unsigned j = 0; j < 4; ++j) xf[4 * k + j] = codecs::e2m3_to_f32(static_cast<uint8_t>((word >> (6 * j)) & 0x3F));
     }
-    codecs::dequant_f32_row(xf.data(), cols_, scales_.row(r, sf, ss), nullptr, nullptr, spec_, out);
+    dequant(r, xf.data(), cols_, 0, nullptr, out);
   }
-
- private:
-  const Checkpoint::Impl& ck_;
-  const TensorPart& packed_;
-  Scales scales_;
-  uint64_t cols_;
-  DequantSpec spec_;
 };
 
 // sparse-bitmask / sparse-24-bitmask (0.12 sparse_compressors): values in row-major order, one
