@@ -1,6 +1,10 @@
 #include "codecs/dequant.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
+
+#include "codecs/convert.hpp"
 
 #include "codecs/half.hpp"
 #include "codecs/x86/kernels.hpp"
@@ -27,8 +31,47 @@ void store_dequant(float v, const DequantSpec& spec, void* out, size_t j) noexce
   }
 }
 
+namespace {
+// Rounds f32 products to S, then converts to D, with the dispatched conversion kernels (the
+// same bits as store_dequant: one RNE step into S, one from the exact S value into D).
+void finish_row(const float* p, size_t n, const DequantSpec& spec, void* out) noexcept {
+  const Isa isa = active_isa();
+  if (spec.natural == DType::F32 || spec.natural == spec.out) {
+    convert(DType::F32, p, spec.out, out, n, isa);
+    return;
+  }
+  thread_local std::vector<uint16_t> mid;
+  mid.resize(n);
+  convert(DType::F32, p, spec.natural, mid.data(), n, isa);
+  convert(spec.natural, mid.data(), spec.out, out, n, isa);
+}
+}  // namespace
+
 void dequant_f32_row(const float* x, size_t cols, const float* scale, const float* zp, const int32_t* gidx,
                      const DequantSpec& spec, void* out) noexcept {
+  if (!zp || spec.int_values) {  // the subtraction is exact: products in f32, then round + convert
+    thread_local std::vector<float> p;
+    p.resize(cols);
+    if (gidx) {
+      for (size_t j = 0; j < cols; ++j) {
+        const size_t g = static_cast<size_t>(gidx[j]);
+        p[j] = (zp ? x[j] - zp[g] : x[j]) * scale[g];
+      }
+    } else {
+      for (size_t j0 = 0; j0 < cols; j0 += spec.group_size) {
+        const size_t g = j0 / spec.group_size, j1 = std::min(cols, j0 + spec.group_size);
+        const float s = scale[g];
+        if (zp) {
+          const float z = zp[g];
+          for (size_t j = j0; j < j1; ++j) p[j] = (x[j] - z) * s;
+        } else {
+          for (size_t j = j0; j < j1; ++j) p[j] = x[j] * s;
+        }
+      }
+    }
+    finish_row(p.data(), cols, spec, out);
+    return;
+  }
   for (size_t j = 0; j < cols; ++j) {
     const size_t g = gidx ? static_cast<size_t>(gidx[j]) : j / spec.group_size;
     float d = x[j];

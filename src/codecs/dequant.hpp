@@ -18,6 +18,9 @@ struct DequantSpec {
   DType natural = DType::BF16;  ///< S: dtype the reference computes in (BF16, F16 or F32)
   DType out = DType::BF16;      ///< D: output dtype (BF16, F16 or F32)
   uint64_t group_size = 1;      ///< consecutive columns per scale entry (>= 1)
+  /// Values and zero points are small integers (|x - zp| <= 2^8), so x - zp is exact in f32 and
+  /// in S; lets the generic kernel skip rounding the subtraction (fp8 zero points need it).
+  bool int_values = false;
 };
 
 /// Generic row kernel over f32 inputs. zp may be null (symmetric); gidx, if not null, maps

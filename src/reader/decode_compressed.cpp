@@ -135,7 +135,9 @@ class Scales {
 };
 
 DequantSpec spec_for(const TensorInfo& t, DType out, uint64_t group_size) {
-  return DequantSpec{t.dtype, out, group_size};
+  // Integer codes (pack / naive int8) minus integer zero points: exact subtraction.
+  const bool ints = t.quant.type == QuantType::int_;
+  return DequantSpec{t.dtype, out, group_size, ints};
 }
 
 // Shared by every quantized format: the main stored part, its scales, and the two ways a row
