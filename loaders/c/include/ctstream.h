@@ -72,11 +72,17 @@ typedef enum ctstream_dtype {
   CTSTREAM_BOOL = 0, CTSTREAM_F4, CTSTREAM_F6_E2M3, CTSTREAM_F6_E3M2, CTSTREAM_U8, CTSTREAM_I8,
   CTSTREAM_F8_E5M2, CTSTREAM_F8_E4M3, CTSTREAM_F8_E8M0, CTSTREAM_F8_E4M3FNUZ,
   CTSTREAM_F8_E5M2FNUZ, CTSTREAM_I16, CTSTREAM_U16, CTSTREAM_F16, CTSTREAM_BF16, CTSTREAM_I32,
-  CTSTREAM_U32, CTSTREAM_F32, CTSTREAM_C64, CTSTREAM_F64, CTSTREAM_I64, CTSTREAM_U64
+  CTSTREAM_U32, CTSTREAM_F32, CTSTREAM_C64, CTSTREAM_F64, CTSTREAM_I64, CTSTREAM_U64,
+  /* not dtypes: they make the enum span every int, so any value passed in is checked, not UB */
+  CTSTREAM_DTYPE_INVALID_ = -1, CTSTREAM_DTYPE_MAX_ = 0x7FFFFFFF
 } ctstream_dtype;
 
-typedef enum ctstream_io_mode { CTSTREAM_IO_MMAP = 0, CTSTREAM_IO_PREAD = 1 } ctstream_io_mode;
-typedef enum ctstream_order { CTSTREAM_ORDER_FILE = 0, CTSTREAM_ORDER_NAME = 1 } ctstream_order;
+typedef enum ctstream_io_mode {
+  CTSTREAM_IO_MMAP = 0, CTSTREAM_IO_PREAD = 1, CTSTREAM_IO_INVALID_ = -1, CTSTREAM_IO_MAX_ = 0x7FFFFFFF
+} ctstream_io_mode;
+typedef enum ctstream_order {
+  CTSTREAM_ORDER_FILE = 0, CTSTREAM_ORDER_NAME = 1, CTSTREAM_ORDER_INVALID_ = -1, CTSTREAM_ORDER_MAX_ = 0x7FFFFFFF
+} ctstream_order;
 
 /** Options of ctstream_open. Fill with ctstream_open_options_init, then change fields. */
 typedef struct ctstream_open_options {

@@ -119,6 +119,8 @@ def _resolve_framework(framework: Optional[str]) -> str:
 
 def _wrap(arr, dtype_name: str, framework: str):
     """numpy storage array from the native side -> the user's tensor type (zero-copy)."""
+    if arr.dtype.char in "qQ":  # (unsigned) long long -> the canonical 64-bit integer dtype
+        arr = arr.view(arr.dtype.str)
     if framework == "pt":
         torch = _torch()
         t = torch.from_numpy(arr)

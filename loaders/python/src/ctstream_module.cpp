@@ -298,6 +298,7 @@ class PyCheckpoint {
     {
       nb::gil_scoped_release unlocked;
       n = ck->decode_into(t, std::span<std::byte>(b.data, bytes), d, s.slice);
+      ck->release(t);  // drop its file pages from the process: RSS stays bounded across get()s
     }
     if (n != bytes) throw std::runtime_error("ctstream: decoded " + std::to_string(n) + " bytes, expected " + std::to_string(bytes));
     return nb::make_tuple(make_array(b, d, s.shape, bytes), std::string(ctstream::dtype_name(d)));
@@ -367,6 +368,7 @@ class PyCheckpoint {
     {
       nb::gil_scoped_release unlocked;
       ck->decode_into(t, std::span<std::byte>(p, static_cast<size_t>(bytes)), d, s.slice);
+      ck->release(t);
     }
     return std::string(ctstream::dtype_name(d));
   }
@@ -407,11 +409,17 @@ void translate(const std::exception_ptr& p, void*) {
     std::rethrow_exception(p);
   } catch (const ctstream::Error& e) {
     PyObject* type = e.kind() == ctstream::ErrorKind::not_found ? g_not_found : g_error;
-    nb::object exc = nb::steal(PyObject_CallFunction(type, "s", e.what()));
+    // messages may quote bytes of a damaged file: never fail on invalid UTF-8
+    auto text = [](const std::string& s) {
+      return nb::steal(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace"));
+    };
+    nb::object msg = text(e.what());
+    if (!msg.is_valid()) return;
+    nb::object exc = nb::steal(PyObject_CallOneArg(type, msg.ptr()));
     if (!exc.is_valid()) return;  // the call set its own error
     nb::setattr(exc, "kind", nb::str(std::string(ctstream::error_kind_name(e.kind())).c_str()));
-    nb::setattr(exc, "file", nb::str(e.file().c_str()));
-    nb::setattr(exc, "tensor", nb::str(e.tensor().c_str()));
+    nb::setattr(exc, "file", text(e.file()));
+    nb::setattr(exc, "tensor", text(e.tensor()));
     PyErr_SetObject(type, exc.ptr());
   }
 }
