@@ -140,8 +140,8 @@ TEST_CASE("SIMD fused nibble dequant equals the scalar reference", "[codecs][sim
   const size_t col_list[] = {1, 2, 3, 5, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 100, 127, 128, 129, 255, 301, 1001};
   const auto ref = codecs::dequant_nibble_kernel(Isa::scalar);
   int calls = 0;
-  for (uint64_t gs : {uint64_t(1), uint64_t(3), uint64_t(16), uint64_t(24), uint64_t(32), uint64_t(100), uint64_t(128),
-                      uint64_t(0) /* = cols */}) {
+  for (uint64_t gs : {uint64_t(1), uint64_t(3), uint64_t(16), uint64_t(24), uint64_t(32), uint64_t(48), uint64_t(100),
+                      uint64_t(128), uint64_t(0) /* = cols */}) {
     for (size_t cols : col_list) {
       const uint64_t g = gs ? gs : cols;
       const size_t ngroups = (cols + g - 1) / g, nbytes = (cols + 1) / 2;
@@ -192,7 +192,7 @@ TEST_CASE("SIMD fused nibble dequant on long rows hits every group position", "[
   std::vector<uint8_t> packed((cols + 1) / 2);
   for (auto& b : packed) b = static_cast<uint8_t>(rng());
   const auto ref = codecs::dequant_nibble_kernel(Isa::scalar);
-  for (uint64_t gs : {uint64_t(16), uint64_t(32), uint64_t(64), uint64_t(128), uint64_t(4099)}) {
+  for (uint64_t gs : {uint64_t(16), uint64_t(32), uint64_t(48), uint64_t(64), uint64_t(80), uint64_t(128), uint64_t(4099)}) {
     const size_t ngroups = (cols + gs - 1) / gs;
     std::vector<float> scale(ngroups), zp(ngroups);
     for (auto& s : scale) s = random_scale(rng);

@@ -2,8 +2,7 @@
 // references in codecs/bitmask.cpp and codecs/dequant.cpp (tests/unit/test_codecs_simd.cpp).
 // Never reads a value, mask or packed byte the scalar kernel would not read (AVX2 has no
 // byte-masked loads: vector loads are used only while a whole vector of the row's values
-// remains, the rest goes through a scalar loop or a zero-padded stack copy), never writes past
-// `cols` elements.
+// remains, the rest goes through zero-padded stack copies), never writes past `cols` elements.
 //
 // Includes: dequant.hpp is needed for the DequantSpec / DType definitions only (an aggregate and
 // an enum); nothing from the C++ library it pulls in is used here, so no inline library code is
@@ -22,7 +21,7 @@ namespace {
 // popcount(m & ((1 << i) - 1)) when bit i is set, else zero.
 
 struct ExpandTables {
-  uint64_t b1[256];      // pshufb bytes for 8 one-byte elements (0x80 = zero)
+  uint64_t b1[9][256];   // pshufb bytes for 8 one-byte elements (0x80 = zero), indices + [c]
   uint8_t b2[256][16];   // pshufb bytes for 8 two-byte elements
   uint64_t b4[256];      // vpermd indices for 8 four-byte elements as signed bytes (-1 = zero)
 };
@@ -40,7 +39,7 @@ constexpr ExpandTables make_tables() {
       t.b2[m][2 * i + 1] = static_cast<uint8_t>(set ? 2 * k + 1 : 0x80u);
       if (set) ++k;
     }
-    t.b1[m] = e1;
+    for (unsigned c = 0; c <= 8; ++c) t.b1[c][m] = e1 + c * 0x0101010101010101ull;  // 0x80 + c: still zero
     t.b4[m] = e4;
   }
   return t;
@@ -63,76 +62,96 @@ size_t row_popcount(const uint8_t* mask, size_t cols) {
   return n;
 }
 
-// Scalar finish from column j (value k) to cols.
-template <unsigned E>
-size_t expand_tail(const uint8_t* mask, const uint8_t* v, size_t j, size_t k, size_t cols, uint8_t* o) {
-  for (; j < cols; ++j) {
-    if ((mask[j >> 3] >> (j & 7)) & 1) {
-      __builtin_memcpy(o + j * E, v + k * E, E);
-      ++k;
-    } else {
-      __builtin_memset(o + j * E, 0, E);
-    }
-  }
-  return k;
-}
+// One step expands W columns from the mask bytes at m, reading values at v, writing W elements
+// at o; it returns the values consumed. reach(m): how many bytes from v the step loads.
 
-size_t expand8(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o) {
-  const size_t total = row_popcount(mask, cols);
-  size_t j = 0, k = 0;
-  // 32 elements per step: 128-bit lane 0 expands mask bytes 0-1 from v + k, lane 1 bytes 2-3
-  // from v + k + c01; each lane's pshufb control is two 8-byte table entries, the second offset
-  // by the first byte's popcount (0x80 + c stays >= 0x80, i.e. zero).
-  for (; j + 32 <= cols; j += 32) {
-    const unsigned m0 = mask[j / 8], m1 = mask[j / 8 + 1], m2 = mask[j / 8 + 2], m3 = mask[j / 8 + 3];
-    const unsigned c0 = pc8(m0), c1 = pc8(m1), c2 = pc8(m2), c3 = pc8(m3);
-    if (k + c0 + c1 + 16 > total) break;  // lane 1 loads 16 values from k + c0 + c1
-    const __m256i x = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(v + k + c0 + c1),
-                                          reinterpret_cast<const __m128i*>(v + k));
-    const __m256i ctl = _mm256_setr_epi64x(
-        static_cast<long long>(kTables.b1[m0]), static_cast<long long>(kTables.b1[m1] + c0 * 0x0101010101010101ull),
-        static_cast<long long>(kTables.b1[m2]), static_cast<long long>(kTables.b1[m3] + c2 * 0x0101010101010101ull));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + j), _mm256_shuffle_epi8(x, ctl));
-    k += c0 + c1 + c2 + c3;
+// 32 one-byte elements: 128-bit lane 0 expands mask bytes 0-1 from v, lane 1 bytes 2-3 from
+// v + c0 + c1; each lane's pshufb control is two 8-byte table entries, the second offset by the
+// first byte's popcount.
+struct Step1 {
+  static constexpr unsigned W = 32, E = 1;
+  static unsigned reach(const uint8_t* m) { return pc8(m[0]) + pc8(m[1]) + 16; }
+  static unsigned step(const uint8_t* m, const uint8_t* v, uint8_t* o) {
+    const unsigned m0 = m[0], m1 = m[1], m2 = m[2], m3 = m[3];
+    const unsigned c0 = pc8(m0), c01 = c0 + pc8(m1), c2 = pc8(m2);
+    const __m256i x = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(v + c01), reinterpret_cast<const __m128i*>(v));
+    const __m128i ctl0 = _mm_castpd_si128(_mm_loadh_pd(
+        _mm_castsi128_pd(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kTables.b1[0][m0]))),
+        reinterpret_cast<const double*>(&kTables.b1[c0][m1])));
+    const __m128i ctl1 = _mm_castpd_si128(_mm_loadh_pd(
+        _mm_castsi128_pd(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kTables.b1[0][m2]))),
+        reinterpret_cast<const double*>(&kTables.b1[c2][m3])));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_shuffle_epi8(x, _mm256_set_m128i(ctl1, ctl0)));
+    return c01 + c2 + pc8(m3);
   }
-  return expand_tail<1>(mask, v, j, k, cols, o);
-}
-
-size_t expand16(const uint8_t* mask, const uint16_t* v, size_t cols, uint16_t* o) {
-  const size_t total = row_popcount(mask, cols);
-  size_t j = 0, k = 0;
-  for (; j + 16 <= cols; j += 16) {  // lane 0: mask byte 0 from v + k; lane 1: byte 1 from v + k + c0
-    const unsigned m0 = mask[j / 8], m1 = mask[j / 8 + 1];
-    const unsigned c0 = pc8(m0), c1 = pc8(m1);
-    if (k + c0 + 8 > total) break;
-    const __m256i x = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(v + k + c0),
-                                          reinterpret_cast<const __m128i*>(v + k));
+};
+// 32 two-byte elements, two vectors: lane 0 of each expands its first mask byte from v, lane 1
+// its second from v + 2 * (values of the first).
+struct Step2 {
+  static constexpr unsigned W = 32, E = 2;
+  static unsigned reach(const uint8_t* m) { return 2 * (pc8(m[0]) + pc8(m[1]) + pc8(m[2])) + 16; }
+  static __m256i half(unsigned m0, unsigned m1, unsigned c0, const uint8_t* v) {
+    const __m256i x = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(v + 2 * c0), reinterpret_cast<const __m128i*>(v));
     const __m256i ctl = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(kTables.b2[m1]),
                                             reinterpret_cast<const __m128i*>(kTables.b2[m0]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + j), _mm256_shuffle_epi8(x, ctl));
-    k += c0 + c1;
+    return _mm256_shuffle_epi8(x, ctl);
   }
-  return expand_tail<2>(mask, reinterpret_cast<const uint8_t*>(v), j, k, cols, reinterpret_cast<uint8_t*>(o));
-}
+  static unsigned step(const uint8_t* m, const uint8_t* v, uint8_t* o) {
+    const unsigned c0 = pc8(m[0]), c01 = c0 + pc8(m[1]), c2 = pc8(m[2]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), half(m[0], m[1], c0, v));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32), half(m[2], m[3], c2, v + 2 * c01));
+    return c01 + c2 + pc8(m[3]);
+  }
+};
+// 8 four-byte elements: vpermd by the table's indices, lanes with index -1 zeroed by blendv.
+struct Step4 {
+  static constexpr unsigned W = 8, E = 4;
+  static unsigned reach(const uint8_t*) { return 32; }
+  static unsigned step(const uint8_t* m, const uint8_t* v, uint8_t* o) {
+    const __m256i idx = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kTables.b4[m[0]])));
+    const __m256i x = _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v)), idx);
+    _mm256_storeu_ps(reinterpret_cast<float*>(o),
+                     _mm256_blendv_ps(_mm256_castsi256_ps(x), _mm256_setzero_ps(), _mm256_castsi256_ps(idx)));
+    return pc8(m[0]);
+  }
+};
 
-size_t expand32(const uint8_t* mask, const uint32_t* v, size_t cols, uint32_t* o) {
+// Whole steps straight from `values` while the step's loads stay inside the row's values; then
+// the rest of the values (fewer than 64 bytes: fewer than the stopped step's reach, which is at
+// most 64, or than the last partial step's W elements) are copied into a zero-padded 128-byte
+// stack buffer that every remaining step may over-read (position < 64, reach <= 64); the last
+// partial step expands a copy of its mask bytes (padding bits cleared) into a stack buffer of
+// which only the columns before `cols` are copied out.
+template <class S>
+size_t expand_row(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o) {
+  constexpr unsigned W = S::W, E = S::E;
   const size_t total = row_popcount(mask, cols);
   size_t j = 0, k = 0;
-  for (; j + 8 <= cols; j += 8) {
-    const unsigned m = mask[j / 8], c = pc8(m);
-    if (k + 8 > total) break;
-    const __m256i idx = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kTables.b4[m])));
-    const __m256i x = _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + k)), idx);
-    const __m256 r = _mm256_blendv_ps(_mm256_castsi256_ps(x), _mm256_setzero_ps(), _mm256_castsi256_ps(idx));
-    _mm256_storeu_ps(reinterpret_cast<float*>(o + j), r);
-    k += c;
+  for (; j + W <= cols; j += W) {
+    if (k * E + S::reach(mask + j / 8) > total * E) break;
+    k += S::step(mask + j / 8, v + k * E, o + j * E);
   }
-  return expand_tail<4>(mask, reinterpret_cast<const uint8_t*>(v), j, k, cols, reinterpret_cast<uint8_t*>(o));
+  alignas(32) uint8_t buf[128] = {};
+  if (total > k) __builtin_memcpy(buf, v + k * E, (total - k) * E);  // < 64 bytes (see above)
+  const uint8_t* vb = buf;
+  for (; j + W <= cols; j += W) vb += S::step(mask + j / 8, vb, o + j * E) * E;
+  if (j < cols) {
+    const unsigned n = static_cast<unsigned>(cols - j);
+    uint8_t m[W / 8] = {};
+    __builtin_memcpy(m, mask + j / 8, (n + 7) / 8);
+    if (n % 8) m[n / 8] &= static_cast<uint8_t>((1u << (n % 8)) - 1);
+    alignas(32) uint8_t tmp[W * E];
+    S::step(m, vb, tmp);
+    __builtin_memcpy(o + j * E, tmp, n * E);
+  }
+  return total;
 }
 
 // ---------------------------------------------------------------- fused nibble dequant
 //
-// A chunk is 16 columns = 8 packed bytes. Lane i of A holds the low nibble of byte p(i) (column
+// Chunks inside one group use a per-group table of the 16 possible outputs (below,
+// dequant_run); chunks that straddle a group boundary and the tail compute each column: such a
+// chunk is 16 columns = 8 packed bytes. Lane i of A holds the low nibble of byte p(i) (column
 // 2p(i)), lane i of B its high nibble (column 2p(i)+1). For 16-bit outputs p is the identity and
 // the results interleave with one 16-bit blend; for f32 output p = 0,1,4,5,2,3,6,7 so that
 // unpacklo/unpackhi_ps give columns 0..7 and 8..15 directly.
@@ -236,19 +255,99 @@ inline Lanes lane_values(const float* t, size_t j, size_t g, size_t nb, size_t g
   return r;
 }
 
+// Table path. Inside one group the output is a function of the 4-bit code alone, so the 16
+// possible outputs are computed once per group with exactly the per-element operations
+// (f32 lut - zp, * scale, the S and D roundings) and each column is a table lookup.
+
+// f32 (lut[c] - zp[g]) * scale[g] for codes 0-7 (a) and 8-15 (b).
+template <bool ZP>
+inline Lanes group_values(__m256 lut_lo, __m256 lut_hi, const float* scale, const float* zp, size_t g) {
+  const __m256 s = _mm256_set1_ps(scale[g]);
+  if constexpr (ZP) {
+    const __m256 z = _mm256_set1_ps(zp[g]);
+    return {_mm256_mul_ps(_mm256_sub_ps(lut_lo, z), s), _mm256_mul_ps(_mm256_sub_ps(lut_hi, z), s)};
+  } else {
+    return {_mm256_mul_ps(lut_lo, s), _mm256_mul_ps(lut_hi, s)};
+  }
+}
+// The 16 output words as two pshufb tables (low bytes, high bytes), each in both 128-bit lanes.
+struct Table16 {
+  __m256i lo, hi;
+};
+template <Kind N, Kind O>
+inline Table16 table16(Lanes t) {
+  __m256i w;  // the 16 words in order
+  if constexpr (O == kBF16) {
+    w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(out_bf16_hi<N>(t.a), 16),
+                                                     _mm256_srli_epi32(out_bf16_hi<N>(t.b), 16)), 0xD8);
+  } else {
+    w = _mm256_set_m128i(out_f16<N>(t.b), out_f16<N>(t.a));
+  }
+  // Per lane: low bytes of its 8 words, then their high bytes; then gather the halves.
+  const __m256i split = _mm256_shuffle_epi8(
+      w, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9,
+                          11, 13, 15));
+  const __m256i q = _mm256_permute4x64_epi64(split, 0xD8);  // [low bytes w0-15 | high bytes w0-15]
+  return {_mm256_permute2x128_si256(q, q, 0x00), _mm256_permute2x128_si256(q, q, 0x11)};
+}
+// 32 columns of 16-bit output. The 16 bytes are reordered so that after splitting nibbles and
+// interleaving, lane 0 holds the codes of columns 0-7 and 16-23, lane 1 those of 8-15 and
+// 24-31; the byte lookups interleaved by unpacklo/hi_epi8 are then columns 0-15 and 16-31.
+inline void chunk_table16(const uint8_t* p, const Table16& tab, uint16_t* o) {
+  const __m128i b = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)),
+                                     _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15));
+  const __m128i nib = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(b, nib), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib);
+  const __m256i idx = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  const __m256i l = _mm256_shuffle_epi8(tab.lo, idx), h = _mm256_shuffle_epi8(tab.hi, idx);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_unpacklo_epi8(l, h));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16), _mm256_unpackhi_epi8(l, h));
+}
+// 16 columns of 16-bit output (8 bytes) with the same tables, in 128-bit registers.
+inline void chunk_table16_half(const uint8_t* p, const Table16& tab, uint16_t* o) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i nib = _mm_set1_epi8(0x0F);
+  const __m128i idx = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
+  const __m128i l = _mm_shuffle_epi8(_mm256_castsi256_si128(tab.lo), idx);
+  const __m128i h = _mm_shuffle_epi8(_mm256_castsi256_si128(tab.hi), idx);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi8(l, h));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 8), _mm_unpackhi_epi8(l, h));
+}
+// 16 columns of f32 output: the two 8-float tables through vpermps + blend, lanes as in chunk().
+inline void chunk_table32(const uint8_t* p, __m256 tab_lo, __m256 tab_hi, float* o) {
+  const __m128i bytes = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                                         _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m256i ia = _mm256_cvtepu8_epi32(bytes);
+  const __m256 a = lut_lookup(ia, tab_lo, tab_hi), b = lut_lookup(_mm256_srli_epi32(ia, 4), tab_lo, tab_hi);
+  _mm256_storeu_ps(o, _mm256_unpacklo_ps(a, b));
+  _mm256_storeu_ps(o + 8, _mm256_unpackhi_ps(a, b));
+}
+
 template <Kind N, Kind O, bool ZP>
 void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp, size_t gs,
                  void* out) {
   const __m256 lut_lo = _mm256_loadu_ps(lut), lut_hi = _mm256_loadu_ps(lut + 8);
   size_t j = 0, g = 0, nb = gs;  // nb: first column after group g
   while (j + 16 <= cols) {
-    if (j + 16 <= nb) {  // whole chunks inside group g: broadcast its scale / zero point
-      const Lanes s{_mm256_set1_ps(scale[g]), _mm256_set1_ps(scale[g])};
-      Lanes z{s.a, s.b};
-      if constexpr (ZP) z = Lanes{_mm256_set1_ps(zp[g]), _mm256_set1_ps(zp[g])};
+    if (j + 16 <= nb) {  // whole chunks inside group g: look the 16 possible outputs up
       const size_t lim = nb < cols ? nb : cols;
-      for (; j + 16 <= lim; j += 16)
+      if constexpr (O == kF32) {
+        const Lanes t = group_values<ZP>(lut_lo, lut_hi, scale, zp, g);  // codes 0-7, 8-15
+        const __m256 tab_lo = natural_image<N>(t.a), tab_hi = natural_image<N>(t.b);
+        for (; j + 16 <= lim; j += 16) chunk_table32(packed + j / 2, tab_lo, tab_hi, static_cast<float*>(out) + j);
+      } else if (j + 32 <= lim) {
+        const Table16 tab = table16<N, O>(group_values<ZP>(lut_lo, lut_hi, scale, zp, g));
+        for (; j + 32 <= lim; j += 32) chunk_table16(packed + j / 2, tab, static_cast<uint16_t*>(out) + j);
+        if (j + 16 <= lim) {
+          chunk_table16_half(packed + j / 2, tab, static_cast<uint16_t*>(out) + j);
+          j += 16;
+        }
+      } else {  // a single 16-column chunk in this group (e.g. group size 16): no table
+        const Lanes s{_mm256_set1_ps(scale[g]), _mm256_set1_ps(scale[g])};
+        const Lanes z = ZP ? Lanes{_mm256_set1_ps(zp[g]), _mm256_set1_ps(zp[g])} : s;
         chunk<N, O, ZP>(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + j / 2)), lut_lo, lut_hi, s, z, out, j);
+        j += 16;
+      }
     } else {
       const Lanes s = lane_values<O>(scale, j, g, nb, gs, 16);
       Lanes z = s;
@@ -295,13 +394,13 @@ void dequant_out(Kind o, const uint8_t* packed, size_t cols, const float* lut, c
 }  // namespace
 
 size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
-  return expand8(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
+  return expand_row<Step1>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
 size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
-  return expand16(m, static_cast<const uint16_t*>(v), c, static_cast<uint16_t*>(o));
+  return expand_row<Step2>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
 size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
-  return expand32(m, static_cast<const uint32_t*>(v), c, static_cast<uint32_t*>(o));
+  return expand_row<Step4>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
 
 void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp,

@@ -97,10 +97,12 @@ size_t expand32(const uint8_t* mask, const uint32_t* v, size_t cols, uint32_t* o
 
 // ---------------------------------------------------------------- fused nibble dequant
 //
-// A chunk is 32 columns = 16 packed bytes. Lane i of vector A holds the low nibble of byte p(i)
-// (column 2p(i)), lane i of B its high nibble (column 2p(i)+1). For 16-bit outputs p is the
-// identity and the two results interleave with one 16-bit blend; for f32 output p is chosen so
-// that unpacklo/unpackhi_ps give columns 0..15 and 16..31 directly.
+// Chunks of 32 columns = 16 packed bytes. Chunks inside one group use a per-group table of the
+// 16 possible outputs (below, dequant_run); chunks that straddle a group boundary and the tail
+// compute each column (chunk()): lane i of vector A holds the low nibble of byte p(i) (column
+// 2p(i)), lane i of B its high nibble (column 2p(i)+1). For 16-bit outputs p is the identity
+// and the two results interleave with one 16-bit blend; for f32 output p is chosen so that
+// unpacklo/unpackhi_ps give columns 0..15 and 16..31 directly.
 
 enum Kind { kBF16, kF16, kF32 };
 constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
@@ -216,19 +218,101 @@ inline Lanes lane_values(const float* t, size_t j, size_t g, size_t nb, size_t g
   return r;
 }
 
+// Table path. Inside one group the output is a function of the 4-bit code alone, so the 16
+// possible outputs are computed once per group with exactly the per-element operations
+// (f32 lut - zp, * scale, the S and D roundings) and each column is a table lookup.
+
+// f32 (lut[c] - zp[g]) * scale[g] for the 16 codes c.
+template <bool ZP>
+inline __m512 group_values(__m512 lutv, const float* scale, const float* zp, size_t g) {
+  __m512 t = lutv;
+  if constexpr (ZP) t = _mm512_sub_ps(t, _mm512_set1_ps(zp[g]));
+  return _mm512_mul_ps(t, _mm512_set1_ps(scale[g]));
+}
+// The 16 output words, repeated in both halves of a 32-word vpermw table (vpermw reads index
+// bits 4:0, see chunk_table16).
+template <Kind N, Kind O>
+inline __m512i table16(__m512 t) {
+  if constexpr (O == kBF16) {
+    const __m512i odd = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,  //
+                                         31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutexvar_epi16(odd, out_bf16_hi<N>(t));
+  } else {
+    return _mm512_broadcast_i64x4(out_f16<N>(t));
+  }
+}
+// 32 columns of 16-bit output. Byte b of the row becomes the dword b * 0x1001 (vpmaddwd): its
+// low word's bits 4:0 are b & 0x1F (low nibble; bit 4 selects the duplicate half of the table),
+// its high word is b >> 4 (high nibble) -- columns 2m and 2m+1 in order.
+inline void chunk_table16(const uint8_t* p, __m512i tab, uint16_t* o) {
+  const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i idx = _mm512_madd_epi16(x, _mm512_set1_epi32(0x1001));
+  _mm512_storeu_si512(o, _mm512_permutexvar_epi16(idx, tab));
+}
+// 32 columns of f32 output: the 16-float table through vpermps, lanes ordered as in chunk().
+inline void chunk_table32(const uint8_t* p, __m512 tab, float* o) {
+  const __m128i bytes = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), byte_order<kF32>());
+  const __m512i ia = _mm512_cvtepu8_epi32(bytes);
+  const __m512 a = _mm512_permutexvar_ps(ia, tab), b = _mm512_permutexvar_ps(_mm512_srli_epi32(ia, 4), tab);
+  _mm512_storeu_ps(o, _mm512_unpacklo_ps(a, b));
+  _mm512_storeu_ps(o + 16, _mm512_unpackhi_ps(a, b));
+}
+
+// Chunks whose columns 0-15 are in one group and 16-31 in the next (group sizes that are
+// multiples of 16, e.g. nvfp4's 16): words 0-15 of a 32-word table from the first group, 16-31
+// from the second; bit 4 of each index is set for columns 16-31.
+template <Kind N, Kind O>
+inline __m512i pair_table16(__m512 t0, __m512 t1) {
+  if constexpr (O == kBF16) {
+    const __m512i odd_words = _mm512_setr_epi32(0x00030001, 0x00070005, 0x000B0009, 0x000F000D, 0x00130011, 0x00170015,
+                                                0x001B0019, 0x001F001D, 0x00230021, 0x00270025, 0x002B0029, 0x002F002D,
+                                                0x00330031, 0x00370035, 0x003B0039, 0x003F003D);
+    return _mm512_permutex2var_epi16(out_bf16_hi<N>(t0), odd_words, out_bf16_hi<N>(t1));
+  } else {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(out_f16<N>(t0)), out_f16<N>(t1), 1);
+  }
+}
+inline void chunk_pair16(const uint8_t* p, __m512i tab, uint16_t* o) {
+  const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i idx = _mm512_madd_epi16(x, _mm512_set1_epi32(0x1001));  // as in chunk_table16
+  const __m512i second = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0x00100010, 0x00100010, 0x00100010, 0x00100010,
+                                           0x00100010, 0x00100010, 0x00100010, 0x00100010);
+  // (idx & 0x000F000F) | second
+  const __m512i sel = _mm512_ternarylogic_epi32(idx, _mm512_set1_epi32(0x000F000F), second, 0xEA);
+  _mm512_storeu_si512(o, _mm512_permutexvar_epi16(sel, tab));
+}
+inline void chunk_pair32(const uint8_t* p, __m512 tab0, __m512 tab1, float* o) {
+  const __m128i bytes = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), byte_order<kF32>());
+  const __m512i ia = _mm512_cvtepu8_epi32(bytes);
+  const __m512i second = _mm512_and_si512(col_a<kF32>(), _mm512_set1_epi32(16));  // lanes of columns 16-31
+  const __m512i sa = _mm512_ternarylogic_epi32(ia, _mm512_set1_epi32(0x0F), second, 0xEA);
+  const __m512i sb = _mm512_or_si512(_mm512_srli_epi32(ia, 4), second);
+  const __m512 a = _mm512_permutex2var_ps(tab0, sa, tab1), b = _mm512_permutex2var_ps(tab0, sb, tab1);
+  _mm512_storeu_ps(o, _mm512_unpacklo_ps(a, b));
+  _mm512_storeu_ps(o + 16, _mm512_unpackhi_ps(a, b));
+}
+
 template <Kind N, Kind O, bool ZP>
 void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp, size_t gs,
                  void* out) {
   const __m512 lutv = _mm512_loadu_ps(lut);
   size_t j = 0, g = 0, nb = gs;  // nb: first column after group g
   while (j + 32 <= cols) {
-    if (j + 32 <= nb) {  // whole chunks inside group g: broadcast its scale / zero point
-      const Lanes s{_mm512_set1_ps(scale[g]), _mm512_set1_ps(scale[g])};
-      Lanes z{s.a, s.b};
-      if constexpr (ZP) z = Lanes{_mm512_set1_ps(zp[g]), _mm512_set1_ps(zp[g])};
+    if (j + 32 <= nb) {  // whole chunks inside group g: look the 16 possible outputs up
       const size_t lim = nb < cols ? nb : cols;
-      for (; j + 32 <= lim; j += 32)
-        chunk<N, O, ZP>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + j / 2)), lutv, s, z, out, j, ~0u);
+      const __m512 t = group_values<ZP>(lutv, scale, zp, g);
+      if constexpr (O == kF32) {
+        const __m512 tab = natural_image<N>(t);
+        for (; j + 32 <= lim; j += 32) chunk_table32(packed + j / 2, tab, static_cast<float*>(out) + j);
+      } else {
+        const __m512i tab = table16<N, O>(t);
+        for (; j + 32 <= lim; j += 32) chunk_table16(packed + j / 2, tab, static_cast<uint16_t*>(out) + j);
+      }
+    } else if (gs % 16 == 0) {  // group g ends at j + 16 (nb is a multiple of 16): two tables
+      const __m512 t0 = group_values<ZP>(lutv, scale, zp, g), t1 = group_values<ZP>(lutv, scale, zp, g + 1);
+      if constexpr (O == kF32) chunk_pair32(packed + j / 2, natural_image<N>(t0), natural_image<N>(t1), static_cast<float*>(out) + j);
+      else chunk_pair16(packed + j / 2, pair_table16<N, O>(t0, t1), static_cast<uint16_t*>(out) + j);
+      j += 32;
     } else {
       const Lanes s = lane_values<O>(scale, j, g, nb, gs, 32);
       Lanes z = s;
