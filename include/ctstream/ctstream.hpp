@@ -8,3 +8,4 @@
 #include "ctstream/stream.hpp"
 #include "ctstream/tensor.hpp"
 #include "ctstream/version.hpp"
+#include "ctstream/writer.hpp"

@@ -40,5 +40,6 @@ int cmd_decompress(int argc, char** argv);
 int cmd_verify(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_compress(int argc, char** argv);
 
 }  // namespace cli

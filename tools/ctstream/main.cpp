@@ -20,7 +20,9 @@ void usage() {
                "                                             load every tensor into a reused buffer: GB/s, peak RSS\n"
                "  demo [DIR]                                 generate a small Llama-shaped model, stream it back\n"
                "  synth DIR [--layers N --hidden H --intermediate I --vocab V --shards S --dtype bf16]\n"
-               "                                             write a synthetic Llama-shaped dense checkpoint\n\n"
+               "                                             write a synthetic Llama-shaped dense checkpoint\n"
+               "  compress IN OUT_DIR --format F [--bits 4 --group-size 128 --asymmetric --ignore re:.* --shard-size 5GB]\n"
+               "                                             write a compressed-tensors checkpoint (see compress --help)\n\n"
                "common options: --pread (positional reads instead of mmap), --threads N\n"
                "PATH is a .safetensors file or a model directory (with or without an index).\n",
                ctstream::version_string, ctstream::active_isa());
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
     if (cmd == "demo") return cli::cmd_demo(argc, argv);
     if (cmd == "bench") return cli::cmd_bench(argc, argv);
     if (cmd == "synth") return cli::cmd_synth(argc, argv);
+    if (cmd == "compress") return cli::cmd_compress(argc, argv);
     if (cmd == "--version" || cmd == "version") {
       std::printf("ctstream %s (ISA %s)\n", ctstream::version_string, ctstream::active_isa());
       return 0;

@@ -1,0 +1,158 @@
+// ctstream — writer: turn a dense checkpoint into a compressed-tensors checkpoint that both
+// ctstream and the Python library (compressed-tensors) load.
+//
+//   ctstream::CompressOptions opt;
+//   opt.format = ctstream::Format::pack_quantized;     // int4, group 128, symmetric by default
+//   opt.ignore = {"re:.*mlp.down_proj"};
+//   opt.progress = [](const ctstream::CompressProgress& p) { ... };
+//   ctstream::CompressReport r = ctstream::compress_checkpoint("in_dir", "out_dir", opt);
+//   std::cout << r.output_bytes << " bytes, ratio " << r.ratio() << "\n";
+//
+// Formats and the library line whose layout and config are written:
+//   pack_quantized        INT 1..8 bits packed into int32, tensor/channel/group/block, sym/asym (0.20)
+//   int_quantized         INT 1..8 bits stored unpacked as int8, + dynamic per-token int8
+//                         activations unless weight-only (INT8_W8A8 preset, 0.20)
+//   float_quantized       FP8 E4M3, tensor/channel/group/block, + dynamic fp8 activations unless
+//                         weight-only (FP8_DYNAMIC / FP8_BLOCK presets, 0.20)
+//   nvfp4_pack_quantized  FP4 E2M1, group 16, fp8 scales + fp32 global scale (NVFP4A16, 0.20)
+//   sparse_bitmask        non-zeros + bitmask, dtype kept (0.12; the 0.20 line has no sparsity)
+//   sparse_24_bitmask     2:4 structured sparsity, dtype kept (0.12)
+//   dense                 plain copy, float tensors converted to `dtype` (e.g. fp32 -> bf16)
+//
+// Which tensors are compressed: only 2-D `<module>.weight` tensors matched by `targets` and not
+// by `ignore`. The default target "Linear" means "Linear-like": every 2-D float `.weight` except
+// embeddings (module names containing "embed", "wte", "wpe") and the output head (`lm_head`,
+// `embed_out`). Explicit names and `re:` patterns (Python re.match semantics: anchored at the
+// start) select exactly what they match. Everything else (norms, biases, embeddings, buffers) is
+// copied as stored (float tensors converted when `dtype` is set).
+//
+// Numerics: scales / zero points are the library's (llm-compressor min-max observer +
+// compressed-tensors 0.20 calculate_qparams) and codes its round-to-nearest quantization,
+// reproduced bit for bit in the weight's dtype; see src/writer/quantize.hpp.
+//
+// Streaming and safety: tensors are read, compressed and written one at a time (peak memory is a
+// few times the largest tensor, not the model). Everything is written into a hidden temporary
+// directory beside `out_dir` and renamed into place only when complete: an error, a cancel or a
+// crash never leaves a partial checkpoint under `out_dir`.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctstream/checkpoint.hpp"
+#include "ctstream/dtype.hpp"
+#include "ctstream/tensor.hpp"
+
+namespace ctstream {
+
+/// Progress of compress_checkpoint, reported after each tensor.
+struct CompressProgress {
+  enum class Phase : uint8_t {
+    scan,   ///< pre-pass (sparse-bitmask non-zero counts, nvfp4 global scales)
+    write,  ///< compressing + writing
+  } phase = Phase::write;
+  size_t tensors_done = 0, tensors_total = 0;
+  uint64_t bytes_done = 0, bytes_total = 0;  ///< input bytes (as stored) of the phase
+  std::string tensor;                        ///< name of the tensor just finished
+  double elapsed_s = 0;                      ///< since compress_checkpoint started
+};
+
+struct CompressOptions {
+  /// Output format (see the table above); any other Format throws Error{unsupported}.
+  Format format = Format::pack_quantized;
+
+  // ---- weight quantization (quantized formats) ----
+  /// Bits per weight: 0 = the format's default (pack 4, int 8, float 8, nvfp4 4).
+  unsigned num_bits = 0;
+  /// nullopt = the format's default: pack-quantized group, int/float-quantized channel,
+  /// nvfp4 tensor_group.
+  std::optional<QuantStrategy> strategy;
+  bool symmetric = true;                   ///< false: asymmetric (INT formats only)
+  uint64_t group_size = 128;               ///< group strategy (nvfp4 always 16)
+  uint64_t block_rows = 128, block_cols = 128;  ///< block strategy
+  /// int/float-quantized: also declare dynamic per-token (block: per-group-128) input activation
+  /// quantization, as the INT8_W8A8 / FP8_DYNAMIC / FP8_BLOCK presets do. false = weight-only
+  /// (the library then calls the format naive-quantized; same tensors).
+  bool input_activations = true;
+  /// nvfp4: one global scale shared by q/k/v and by gate/up projections of the same parent
+  /// module (llm-compressor's `fuse_weight_observers`, which vLLM's fused layers need).
+  bool fuse_global_scales = true;
+
+  // ---- sparsity ----
+  /// sparse-24-bitmask: a tensor that is not already 2:4 sparse is an error unless this is set;
+  /// then the 2 largest |x| of every 4 are kept (what the library's compressor does).
+  bool prune_24 = false;
+
+  // ---- selection ----
+  /// Targets: module names, "re:" patterns or "Linear" (see above). Empty = {"Linear"}.
+  std::vector<std::string> targets;
+  /// Modules never compressed (names or "re:" patterns); they are also written to the config.
+  std::vector<std::string> ignore;
+
+  // ---- output ----
+  /// Convert every F32/F16/BF16 tensor to this dtype first (dense: the downcast itself; quantized
+  /// formats then quantize in this dtype, like the library after `model.to(dtype)`).
+  std::optional<DType> dtype;
+  /// Largest shard; the output is one `model.safetensors` when everything fits, else
+  /// `model-0000i-of-0000N.safetensors` + `model.safetensors.index.json`.
+  uint64_t shard_bytes = 5'000'000'000ull;
+  /// Replace an existing non-empty `out_dir` (it is swapped out only after success).
+  bool overwrite = false;
+  /// Copy the input directory's other files (tokenizer, generation config, sub-folders, ...).
+  /// Other weight files (*.bin, *.pt, *.pth, *.ckpt, *.h5, *.msgpack, *.onnx, *.gguf) are skipped.
+  bool copy_other_files = true;
+  /// Decode every compressed tensor back (as the library decompresses it) and measure the error.
+  bool compute_errors = true;
+  OpenOptions open;  ///< how the input is read
+  /// Called after each tensor (on the calling thread). May throw to abort.
+  std::function<void(const CompressProgress&)> progress;
+  /// Polled between tensors; when it becomes true the call throws Error{io, "cancelled"} and
+  /// removes everything it wrote.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+/// What happened to one input tensor.
+struct TensorReport {
+  std::string name;            ///< input (logical) name
+  Format format = Format::dense;  ///< dense = copied (or converted)
+  std::string scheme;          ///< "int4 group128 sym", "2:4", "" for dense
+  DType input_dtype = DType::F32, output_dtype = DType::F32;  ///< output: what the library decodes to
+  Shape shape;
+  uint64_t input_bytes = 0, output_bytes = 0;  ///< stored bytes (all parts for the output)
+  bool exact = true;           ///< decodes to exactly the input values
+  double max_abs_error = 0;    ///< max |decoded - input| (0 when exact / not computed)
+  double snr_db = 0;           ///< 10 log10(sum x^2 / sum e^2); +inf when exact
+  double rms_error = 0;
+  uint64_t pruned = 0;         ///< sparse-24: groups of 4 in which non-zeros were dropped
+};
+
+struct CompressReport {
+  std::vector<TensorReport> tensors;
+  std::map<std::string, size_t> format_counts;  ///< format name -> number of tensors
+  uint64_t input_bytes = 0, output_bytes = 0;   ///< tensor bytes (headers excluded)
+  std::vector<std::string> files;               ///< files written, relative to out_dir
+  std::vector<std::string> copied, skipped;     ///< other input files copied / left out
+  double seconds = 0;
+  double ratio() const { return output_bytes ? static_cast<double>(input_bytes) / static_cast<double>(output_bytes) : 0.0; }
+};
+
+/// Compresses the checkpoint at `in` (a .safetensors file or a model directory) into `out_dir`.
+/// Throws ctstream::Error naming the file and tensor on any failure (unsupported dtype for the
+/// format, group size not dividing the columns, non-finite weights, output not writable, write
+/// failure, cancel); nothing is left under `out_dir` then.
+CompressReport compress_checkpoint(const std::filesystem::path& in, const std::filesystem::path& out_dir,
+                                   const CompressOptions& options = {});
+
+/// The report as JSON text (what `ctstream compress --report FILE.json` writes).
+std::string report_json(const CompressReport& report, const CompressOptions& options);
+
+/// The per-tensor quantization scheme `options` resolve to, e.g. "int4 group128 sym"; throws
+/// Error{invalid_argument} for an inconsistent combination.
+std::string describe_scheme(const CompressOptions& options);
+
+}  // namespace ctstream

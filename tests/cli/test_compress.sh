@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# `ctstream compress` from the command line:
+#   * every format on a generated Llama-shaped model (2 shards + index): exit 0, `verify` passes,
+#     lossless formats decode to exactly the input, --report JSON, progress lines, other files;
+#   * bad inputs, each a clear error (exit 1, naming the file / tensor) and NO partial output:
+#     unsupported dtype for the format, group size not dividing the columns, output directory not
+#     writable, write fault (RLIMIT_FSIZE via `ulimit -f`, SIGXFSZ ignored -> EFBIG), disk full
+#     (a 512 KiB tmpfs, when this user may mount), read-only filesystem, existing output, Ctrl-C;
+#   * the byte-exact cross-check with the Python library (tests/python/test_writer_crosscheck.py)
+#     when the reference venv (tools/setup_python.sh) exists.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CT=${CTSTREAM:-$ROOT/build/bin/ctstream}
+PY=$ROOT/.venv/bin/python
+TMP=$(mktemp -d)
+MNT=""
+cleanup() {
+  if [ -n "$MNT" ]; then umount "$MNT" 2>/dev/null; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+run() {  # run WANT_RC DESC cmd... ; stdout/stderr in $TMP/out $TMP/err
+  local want=$1 desc=$2; shift 2
+  "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?
+  if [ "$rc" = "$want" ]; then ok; else bad "$desc: exit $rc, wanted $want"; sed 's/^/  /' "$TMP/err" | tail -5; fi
+}
+err_has() {  # err_has DESC PATTERN
+  if grep -q -- "$2" "$TMP/err"; then ok; else bad "$1: stderr lacks '$2'"; sed 's/^/  /' "$TMP/err" | tail -3; fi
+}
+no_partial() {  # no_partial DESC OUT_DIR: nothing under the final name, no temporary left beside it
+  local out=$1
+  if [ -e "$out" ]; then bad "partial output left at $out"; else ok; fi
+  if ls -a "$(dirname "$out")" | grep -q "ctstream-tmp"; then bad "temporary directory left in $(dirname "$out")"; else ok; fi
+}
+
+IN=$TMP/in
+"$CT" synth "$IN" --layers 2 --hidden 256 --intermediate 768 --vocab 1024 --shards 2 --dtype bf16 >/dev/null || { echo "FAIL: synth"; exit 1; }
+echo '{"version": "1.0"}' >"$IN/tokenizer.json"
+mkdir -p "$IN/1_Pooling" && echo '{}' >"$IN/1_Pooling/config.json"
+NT=$("$CT" inspect "$IN" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["totals"]["tensors"])')
+
+# ---- every format ----------------------------------------------------------------------------
+i=0
+while IFS= read -r spec; do
+  i=$((i + 1))
+  out="$TMP/out$i"
+  # shellcheck disable=SC2086
+  run 0 "compress $spec" "$CT" compress "$IN" "$out" $spec --report "$TMP/rep$i.json"
+  # not a terminal: one plain progress line per tensor on stderr; a summary on stdout
+  [ "$(grep -c '^compress \[' "$TMP/err")" = "$NT" ] && ok || bad "$spec: expected $NT progress lines"
+  grep -q "^size: input" "$TMP/out" && ok || bad "$spec: no size summary"
+  run 0 "verify after $spec" "$CT" verify "$out"
+  [ -f "$out/tokenizer.json" ] && [ -f "$out/1_Pooling/config.json" ] && ok || bad "$spec: other files not copied"
+  if python3 - "$TMP/rep$i.json" "$NT" <<'PY'; then ok; else bad "$spec: report JSON"; fi
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r["tensors"]) == int(sys.argv[2]) and r["input_bytes"] > 0 and r["output_bytes"] > 0
+assert sum(r["format_counts"].values()) == len(r["tensors"])
+for t in r["tensors"]:
+    assert {"name", "format", "max_abs_error", "snr_db", "input_bytes", "output_bytes"} <= set(t)
+    if t["format"] != "dense":
+        assert "layers" in t["name"], t["name"]  # embeddings, norms, lm_head stay dense
+PY
+done <<'EOF'
+--format pack-quantized --bits 4 --group-size 128
+--format pack-quantized --bits 4 --group-size 64 --asymmetric --shard-size 300KB
+--format pack-quantized --bits 8 --strategy channel --asymmetric
+--format int-quantized
+--format float-quantized
+--format float-quantized --block 128x128
+--format nvfp4-pack-quantized
+--format sparse-bitmask
+--format sparse-24-bitmask --prune-24
+--format dense --dtype fp16
+EOF
+[ -f "$TMP/out2/model.safetensors.index.json" ] && [ "$(ls "$TMP"/out2/*.safetensors | wc -l)" -gt 2 ] && ok || bad "--shard-size did not shard"
+# lossless formats decode to exactly the input
+"$CT" decompress "$IN" "$TMP/in_native.safetensors" --quiet && "$CT" decompress "$IN" "$TMP/in_fp16.safetensors" --dtype fp16 --quiet
+"$CT" decompress "$TMP/out8" "$TMP/sb.safetensors" --quiet && cmp -s "$TMP/in_native.safetensors" "$TMP/sb.safetensors" && ok || bad "sparse-bitmask is not lossless"
+"$CT" decompress "$TMP/out10" "$TMP/d16.safetensors" --quiet && cmp -s "$TMP/in_fp16.safetensors" "$TMP/d16.safetensors" && ok || bad "dense fp16 differs from a plain fp16 conversion"
+grep -q '"torch_dtype": "float16"' "$TMP/out10/config.json" && ok || bad "dense: torch_dtype not updated"
+
+# ---- bad arguments (exit 2) and bad inputs (exit 1, no partial output) ------------------------
+run 2 "unknown format" "$CT" compress "$IN" "$TMP/x" --format frobnicate
+run 2 "dense without dtype" "$CT" compress "$IN" "$TMP/x" --format dense
+run 0 "--help" "$CT" compress --help
+run 1 "group size not dividing columns" "$CT" compress "$IN" "$TMP/x" --format pack-quantized --group-size 96
+err_has "group size" "does not divide the 256 columns"
+err_has "group size names the tensor" "tensor 'model.layers.0.self_attn.q_proj.weight'"
+no_partial "$TMP/x"
+run 1 "no target matches" "$CT" compress "$IN" "$TMP/x" --targets 're:nothing\..*'
+no_partial "$TMP/x"
+run 1 "asymmetric fp8" "$CT" compress "$IN" "$TMP/x" --format float-quantized --asymmetric
+run 1 "not 2:4 sparse" "$CT" compress "$IN" "$TMP/x" --format sparse-24-bitmask
+err_has "not 2:4" "--prune-24"
+no_partial "$TMP/x"
+# unsupported dtype: a 2-D F64 Linear weight
+mkdir -p "$TMP/f64"
+python3 - "$TMP/f64/model.safetensors" <<'PY'
+import json, struct, sys
+h = json.dumps({"model.layers.0.mlp.up_proj.weight": {"dtype": "F64", "shape": [4, 8], "data_offsets": [0, 256]},
+                "model.norm.weight": {"dtype": "F32", "shape": [8], "data_offsets": [256, 288]}}).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(288))
+PY
+run 1 "unsupported dtype" "$CT" compress "$TMP/f64" "$TMP/x" --format nvfp4-pack-quantized
+err_has "unsupported dtype" "error \[unsupported\]"
+err_has "unsupported dtype names file and tensor" "f64/model.safetensors: tensor 'model.layers.0.mlp.up_proj.weight': dtype F64"
+no_partial "$TMP/x"
+# existing output: refused and untouched; --overwrite replaces it
+mkdir -p "$TMP/busy" && echo keep >"$TMP/busy/keep.txt"
+run 1 "existing output" "$CT" compress "$IN" "$TMP/busy"
+err_has "existing output" "--overwrite"
+[ -f "$TMP/busy/keep.txt" ] && ok || bad "existing output was touched"
+run 0 "--overwrite" "$CT" compress "$IN" "$TMP/busy" --overwrite --quiet
+[ ! -e "$TMP/busy/keep.txt" ] && [ -f "$TMP/busy/model.safetensors" ] && ok || bad "--overwrite did not replace"
+# output directory not writable (sysfs refuses mkdir, even for root)
+if [ -d /sys ]; then
+  run 1 "unwritable output" "$CT" compress "$IN" /sys/ctstream-compress-test
+  err_has "unwritable output" "not writable"
+fi
+if [ "$(id -u)" != 0 ]; then
+  mkdir -p "$TMP/ro" && chmod 555 "$TMP/ro"
+  run 1 "read-only parent" "$CT" compress "$IN" "$TMP/ro/out"
+  err_has "read-only parent" "not writable"
+  chmod 755 "$TMP/ro"
+fi
+# write fault: file size limit -> write() fails with EFBIG (SIGXFSZ ignored)
+run 1 "write fault (ulimit -f)" bash -c "ulimit -f 256; trap '' XFSZ; exec \"$CT\" compress \"$IN\" \"$TMP/x\" --quiet"
+err_has "write fault" "File too large"
+no_partial "$TMP/x"
+# disk full and read-only filesystem on a tiny tmpfs (only where mounting is allowed)
+mkdir -p "$TMP/mnt"
+if mount -t tmpfs -o size=512k ctstream-test "$TMP/mnt" 2>/dev/null; then
+  MNT=$TMP/mnt
+  echo x >"$MNT/already-here"
+  run 1 "disk full (tmpfs 512k)" "$CT" compress "$IN" "$MNT/out" --format int-quantized --quiet
+  err_has "disk full" "No space left on device"
+  no_partial "$MNT/out"
+  [ "$(ls -A "$MNT")" = "already-here" ] && ok || bad "disk full left files behind: $(ls -A "$MNT")"
+  if mount -o remount,ro "$MNT" 2>/dev/null; then
+    run 1 "read-only filesystem" "$CT" compress "$IN" "$MNT/out"
+    err_has "read-only filesystem" "not writable"
+  fi
+  umount "$MNT" && MNT=""
+else
+  echo "note: cannot mount a tmpfs here; disk-full test covered by the ulimit write fault only"
+fi
+# Ctrl-C: SIGINT while compressing -> exit 130, nothing left
+BIG=$TMP/big
+"$CT" synth "$BIG" --layers 2 --hidden 1024 --intermediate 2816 --vocab 8192 --dtype bf16 >/dev/null
+"$CT" compress "$BIG" "$TMP/int" --format nvfp4-pack-quantized >/dev/null 2>"$TMP/err" &
+pid=$!
+sleep 0.3
+kill -INT "$pid" 2>/dev/null
+wait "$pid"; rc=$?
+if [ "$rc" = 130 ]; then ok; err_has "Ctrl-C" "interrupted"; no_partial "$TMP/int"
+elif [ "$rc" = 0 ]; then echo "note: compress finished before SIGINT arrived; Ctrl-C not exercised"
+else bad "Ctrl-C: exit $rc, wanted 130"; fi
+
+# ---- the library cross-check ----------------------------------------------------------------
+if [ "${CTSTREAM_SKIP_PY:-0}" != 1 ] && [ -x "$PY" ] && "$PY" -c "import torch, compressed_tensors, pytest" 2>/dev/null; then
+  if CTSTREAM="$CT" TQDM_DISABLE=1 "$PY" -m pytest -q -p no:cacheprovider "$ROOT/tests/python/test_writer_crosscheck.py" >"$TMP/py.log" 2>&1; then
+    ok; tail -1 "$TMP/py.log"
+  else
+    bad "python cross-check with compressed-tensors"; grep -E "^(FAILED|E )" "$TMP/py.log" | head -20
+  fi
+else
+  echo "note: library cross-check skipped (CTSTREAM_SKIP_PY=1, or no reference venv: tools/setup_python.sh)"
+fi
+
+echo "compress CLI tests: $pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,473 @@
+// Writer (`compress_checkpoint`): quantizer kernels, round trips through the reader for every
+// format (exact for sparse/dense, element-wise within the quantization error bound otherwise),
+// shards / index / config / other files, and failures that must leave nothing behind.
+// Byte-exactness against the Python library is tests/python/test_writer_crosscheck.py.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "codecs/half.hpp"
+#include "codecs/minifloat.hpp"
+#include "ctstream/ctstream.hpp"
+#include "helpers.hpp"
+#include "writer/quantize.hpp"
+
+using namespace ctstream;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::byte> encode(const std::vector<float>& v, DType d) {
+  std::vector<std::byte> out(v.size() * dtype_bits(d) / 8);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t b = codecs::f32_bits(v[i]);
+    if (d == DType::F32) std::memcpy(out.data() + 4 * i, &b, 4);
+    else {
+      const uint16_t h = d == DType::BF16 ? codecs::f32_to_bf16(b) : codecs::f32_to_f16(b);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+struct Tensor {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::vector<float> values;  // exact in dtype
+};
+
+/// A small Llama-shaped checkpoint: embed, 2 layers of q/k/v/o + MLP (+ q bias, norms), lm_head.
+/// Values ~N(0, 0.04) with outliers, a zero row, a constant row and -0.0 in q_proj.
+std::vector<Tensor> make_model(DType d, uint64_t H = 64, uint64_t I = 128, uint64_t V = 96, bool sparse24 = false) {
+  std::mt19937 rng(42);
+  std::normal_distribution<float> nd(0.f, 0.04f);
+  std::vector<Tensor> ts;
+  auto add = [&](std::string n, Shape s, float base = 0.f) {
+    uint64_t k = 1;
+    for (auto v : s) k *= v;
+    std::vector<float> v(k);
+    for (auto& x : v) x = writer::round_to(d, base + nd(rng));
+    ts.push_back({std::move(n), d, std::move(s), std::move(v)});
+  };
+  add("model.embed_tokens.weight", {V, H});
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "self_attn.q_proj.weight", {H, H});
+    add(p + "self_attn.q_proj.bias", {H});
+    add(p + "self_attn.k_proj.weight", {H / 2, H});
+    add(p + "self_attn.v_proj.weight", {H / 2, H});
+    add(p + "self_attn.o_proj.weight", {H, H});
+    add(p + "mlp.gate_proj.weight", {I, H});
+    add(p + "mlp.up_proj.weight", {I, H});
+    add(p + "mlp.down_proj.weight", {H, I});
+    add(p + "input_layernorm.weight", {H}, 1.f);
+  }
+  add("model.norm.weight", {H}, 1.f);
+  add("lm_head.weight", {V, H});
+  auto& q = ts[1].values;
+  q[0] = 0.5f;
+  q[H - 1] = -0.375f;
+  for (uint64_t c = 0; c < H; ++c) q[2 * H + c] = 0.f, q[3 * H + c] = 0.03125f;
+  for (uint64_t c = 0; c < H; c += 3) q[4 * H + c] = -0.f;
+  if (sparse24)
+    for (auto& t : ts)
+      if (t.shape.size() == 2 && t.name.find("layers") != std::string::npos)
+        for (size_t i = 0; i < t.values.size(); i += 4) t.values[i + (i / 4) % 4] = t.values[i + (i / 4 + 2) % 4] = 0.f;
+  return ts;
+}
+
+void write_model(const fs::path& dir, const std::vector<Tensor>& ts, const std::string& torch_dtype) {
+  fs::create_directories(dir);
+  std::vector<SafetensorsWriter::Entry> es;
+  for (const auto& t : ts) es.push_back({t.name, t.dtype, t.shape});
+  SafetensorsWriter w(dir / "model.safetensors", es, {{"format", "pt"}});
+  for (const auto& t : ts) w.write(encode(t.values, t.dtype));
+  w.commit();
+  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": ")"
+                                     << torch_dtype << R"(", "hidden_size": 64})";
+  std::ofstream(dir / "tokenizer.json") << R"({"version": "1.0"})";
+  fs::create_directories(dir / "1_Pooling");
+  std::ofstream(dir / "1_Pooling" / "config.json") << "{}";
+  std::ofstream(dir / "pytorch_model.bin") << "weights";
+}
+
+std::vector<float> decode_f32(const Checkpoint& c, const TensorInfo& t) {
+  std::vector<float> v(t.numel());
+  c.decode_into(t, std::as_writable_bytes(std::span(v)), DType::F32);
+  return v;
+}
+
+std::vector<float> part_f32(const Checkpoint& c, const TensorPart& p) {
+  std::vector<std::byte> raw(p.nbytes);
+  c.read_part(p, raw);
+  const uint64_t n = p.nbytes * 8 / dtype_bits(p.dtype);
+  std::vector<float> v(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (p.dtype == DType::F32) std::memcpy(&v[i], raw.data() + 4 * i, 4);
+    else if (p.dtype == DType::F8_E4M3) v[i] = codecs::e4m3_to_f32(static_cast<uint8_t>(raw[i]));
+    else {
+      uint16_t h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      v[i] = codecs::f32_from_bits(p.dtype == DType::BF16 ? codecs::bf16_to_f32(h) : codecs::f16_to_f32(h));
+    }
+  }
+  return v;
+}
+
+double unit_roundoff(DType d) { return d == DType::BF16 ? 0x1p-8 : d == DType::F16 ? 0x1p-11 : 0x1p-24; }
+
+struct Case {
+  const char* name;
+  Format format;
+  unsigned bits;
+  std::optional<QuantStrategy> strategy;
+  bool symmetric;
+  uint64_t group = 32;
+};
+
+/// Element-wise bound of |decoded - input| for one quantized weight, from the scales in the file
+/// (not from the writer's own numbers): half a step for round-to-nearest, clamping at the range
+/// ends, and the per-op rounding of x/scale and of the output in the weight dtype.
+void check_bound(const Checkpoint& out, const TensorInfo& info, const std::vector<float>& x,
+                 const std::vector<float>& dec, const Case& c, DType d) {
+  const uint64_t R = info.shape[0], C = info.shape[1];
+  const auto* sp = info.part("weight_scale");
+  REQUIRE(sp);
+  const auto scales = part_f32(out, *sp);
+  float gs = 1.f;
+  if (const auto* g = info.part("weight_global_scale")) gs = part_f32(out, *g)[0];
+  writer::WeightArgs a;
+  a.strategy = info.quant.strategy;
+  a.group_size = info.quant.group_size;
+  a.block_rows = info.quant.block_rows;
+  a.block_cols = info.quant.block_cols;
+  const double u = unit_roundoff(d);
+  const double uo = c.format == Format::nvfp4_pack_quantized ? 0x1p-8 : u;  // nvfp4 decodes to bf16
+  const bool int_asym = (c.format == Format::pack_quantized || c.format == Format::int_quantized) && !c.symmetric;
+  const double qmax = c.format == Format::float_quantized ? 448 : c.format == Format::nvfp4_pack_quantized ? 6
+                                                                                                     : std::ldexp(1.0, c.bits - 1) - 1;
+  const double qspan = int_asym ? std::ldexp(1.0, c.bits) : qmax + 1;
+  for (uint64_t r = 0; r < R; ++r)
+    for (uint64_t col = 0; col < C; ++col) {
+      const uint64_t i = r * C + col;
+      const double s = static_cast<double>(scales[writer::scale_index(a, C, r, col)]) / gs;
+      const double v = std::fabs(x[i]) / s;
+      double step;  // half the spacing of the code grid around v, in units of s
+      if (c.format == Format::float_quantized) step = std::max(v * 0x1p-4, 0x1p-10);
+      else if (c.format == Format::nvfp4_pack_quantized) step = v <= 2 ? 0.25 : v <= 4 ? 0.5 : 1.0;
+      else step = 0.5;
+      // sym: values past the largest code are clamped to it; asym: the rounded zero point keeps
+      // the range within half a step of the codes, so the clamp error is <= 0.5 too.
+      const double clamp = int_asym ? 0.0 : std::max(0.0, v - qmax);
+      const double bound = s * (std::max(step, clamp) + (v + qspan + 1) * u) + std::fabs(dec[i]) * uo + 1e-30;
+      const double err = std::fabs(static_cast<double>(dec[i]) - x[i]);
+      if (err > bound) FAIL(info.name << "[" << r << "," << col << "]: |" << dec[i] << " - " << x[i] << "| = " << err
+                                      << " > bound " << bound << " (scale " << s << ")");
+    }
+}
+
+}  // namespace
+
+TEST_CASE("quantizer kernels: fp8 encode, rounding, int32 packing, fp4 codes", "[writer_compress]") {
+  // Every finite e4m3 value encodes to itself; midpoints round to even.
+  for (int b = 0; b < 256; ++b) {
+    if ((b & 0x7F) == 0x7F) continue;
+    const float v = codecs::e4m3_to_f32(static_cast<uint8_t>(b));
+    REQUIRE(writer::f32_to_e4m3(v) == b);
+  }
+  CHECK(writer::f32_to_e4m3(1.0625f) == writer::f32_to_e4m3(1.0f));    // tie -> even mantissa
+  CHECK(writer::f32_to_e4m3(1.1875f) == writer::f32_to_e4m3(1.25f));
+  CHECK(writer::f32_to_e4m3(0x1p-10f) == 0);                          // half the smallest subnormal -> 0
+  CHECK(writer::f32_to_e4m3(500.f) == 0x7F);                           // no saturation: NaN code
+  CHECK(writer::round_to(DType::BF16, 1.f + 0x1p-8f) == 1.f);
+  CHECK(writer::round_to(DType::BF16, 1.f + 3 * 0x1p-8f) == 1.015625f);
+  CHECK(writer::round_to(DType::F16, 1.f + 0x1p-11f) == 1.f);
+
+  // Dense cross-word packing: element i at bits [i*b, i*b+b) of the row's bit stream, offset-binary.
+  std::mt19937 rng(1);
+  for (unsigned b = 1; b <= 8; ++b) {
+    const uint64_t R = 3, C = 37;
+    std::vector<int8_t> q(R * C);
+    for (auto& v : q) v = static_cast<int8_t>(static_cast<int>(rng() % (1u << b)) - (1 << (b - 1)));
+    const auto p = writer::pack_int32_rows(q.data(), R, C, b);
+    const uint64_t W = (C * b + 31) / 32;
+    REQUIRE(p.size() == R * W);
+    for (uint64_t r = 0; r < R; ++r)
+      for (uint64_t i = 0; i < C; ++i) {
+        uint32_t u = 0;
+        for (unsigned k = 0; k < b; ++k) {
+          const uint64_t bit = i * b + k;
+          u |= ((static_cast<uint32_t>(p[r * W + bit / 32]) >> (bit % 32)) & 1u) << k;
+        }
+        REQUIRE(static_cast<int>(u) - (1 << (b - 1)) == q[r * C + i]);
+      }
+    const auto z = writer::pack_int32_cols(q.data(), R, C, b);  // along rows
+    REQUIRE(z.size() == ((R * b + 31) / 32) * C);
+  }
+  // FP4: ties to the even E2M1 value; negatives (even those rounding to 0) carry the sign bit.
+  writer::WeightArgs a;
+  a.type = QuantType::float_;
+  a.num_bits = 4;
+  a.strategy = QuantStrategy::tensor_group;
+  a.group_size = 16;
+  a.fp8_scale = true;
+  writer::QParams p;
+  p.shape = {1, 1};
+  p.scale = {1.f};
+  p.global_scale = 1.f;
+  const std::vector<float> x = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.f, 7.f, -0.1f, 0.f, -0.f, -6.f, 0.3f, 2.6f, 4.9f, 5.1f};
+  std::vector<uint8_t> codes(16);
+  writer::quantize(x.data(), 1, 16, DType::F32, a, p, codes.data());
+  const std::vector<uint8_t> want = {0, 2, 2, 4, 4, 6, 6, 7, 8, 0, 0, 15, 1, 5, 6, 7};
+  CHECK(codes == want);
+}
+
+TEST_CASE("compress round trip through the reader, every format", "[writer_compress]") {
+  th::TempDir tmp("wc");
+  const std::vector<std::pair<DType, std::string>> dtypes = {{DType::BF16, "bfloat16"}, {DType::F16, "float16"}, {DType::F32, "float32"}};
+  std::map<DType, std::vector<Tensor>> models;
+  for (const auto& [d, name] : dtypes) {
+    models[d] = make_model(d);
+    write_model(tmp.path / ("in_" + name), models[d], name);
+  }
+  const std::vector<Case> cases = {
+      {"pack_w4_g32_sym", Format::pack_quantized, 4, QuantStrategy::group, true},
+      {"pack_w4_g32_asym", Format::pack_quantized, 4, QuantStrategy::group, false},
+      {"pack_w3_channel_asym", Format::pack_quantized, 3, QuantStrategy::channel, false},
+      {"pack_w8_tensor_asym", Format::pack_quantized, 8, QuantStrategy::tensor, false},
+      {"int_w8_channel_sym", Format::int_quantized, 8, QuantStrategy::channel, true},
+      {"int_w8_block_asym", Format::int_quantized, 8, QuantStrategy::block, false},
+      {"fp8_channel", Format::float_quantized, 8, QuantStrategy::channel, true},
+      {"fp8_block", Format::float_quantized, 8, QuantStrategy::block, true},
+      {"nvfp4", Format::nvfp4_pack_quantized, 4, std::nullopt, true},
+  };
+  for (const auto& [d, dname] : dtypes) {
+    const fs::path in = tmp.path / ("in_" + dname);
+    for (const auto& c : cases) {
+      DYNAMIC_SECTION(c.name << " " << dname) {
+        CompressOptions o;
+        o.format = c.format;
+        o.num_bits = c.bits;
+        o.strategy = c.strategy;
+        o.symmetric = c.symmetric;
+        o.group_size = c.group;
+        o.block_rows = 48, o.block_cols = 40;  // ragged blocks on 64 / 128
+        const fs::path outp = tmp.path / (std::string(c.name) + "_" + dname);
+        const auto rep = compress_checkpoint(in, outp, o);
+        auto out = Checkpoint::open(outp);
+        REQUIRE(out.tensors().size() == models[d].size());
+        size_t quantized = 0;
+        for (const auto& t : models[d]) {
+          const auto& info = out.at(t.name);
+          const auto dec = decode_f32(out, info);
+          const TensorReport* tr = nullptr;
+          for (const auto& x : rep.tensors)
+            if (x.name == t.name) tr = &x;
+          REQUIRE(tr);
+          if (info.format == Format::dense) {
+            REQUIRE(info.dtype == d);
+            for (size_t i = 0; i < dec.size(); ++i) REQUIRE(codecs::f32_bits(dec[i]) == codecs::f32_bits(t.values[i]));
+            continue;
+          }
+          ++quantized;
+          REQUIRE(info.format == c.format);
+          REQUIRE(t.name.find("layers") != std::string::npos);  // embeddings, norms, lm_head stay dense
+          check_bound(out, info, t.values, dec, c, d);
+          // The report's error is that of the reader's decode (the library's arithmetic).
+          double mx = 0;
+          for (size_t i = 0; i < dec.size(); ++i) mx = std::max(mx, std::fabs(static_cast<double>(dec[i]) - t.values[i]));
+          CHECK(tr->max_abs_error == mx);
+          CHECK(tr->output_dtype == (c.format == Format::nvfp4_pack_quantized ? DType::BF16 : d));
+        }
+        CHECK(quantized == 14);
+        CHECK(rep.format_counts.at(std::string(format_name(c.format))) == 14);
+        CHECK(rep.output_bytes < rep.input_bytes);
+      }
+    }
+  }
+}
+
+TEST_CASE("sparse and dense outputs decode exactly; config, shards and other files", "[writer_compress]") {
+  th::TempDir tmp("ws");
+  const auto model = make_model(DType::BF16, 64, 128, 96, /*sparse24=*/true);
+  write_model(tmp.path / "in", model, "bfloat16");
+  auto expect_exact = [&](const fs::path& outp, DType d, bool dense_ok) {
+    auto out = Checkpoint::open(outp);
+    REQUIRE(out.tensors().size() == model.size());
+    for (const auto& t : model) {
+      const auto& info = out.at(t.name);
+      if (!dense_ok) CHECK((info.format != Format::dense) == (t.name.find("proj.weight") != std::string::npos));
+      const auto dec = decode_f32(out, info);
+      for (size_t i = 0; i < dec.size(); ++i) REQUIRE(dec[i] == writer::round_to(d, t.values[i]));
+    }
+  };
+  SECTION("sparse-bitmask, sharded") {
+    CompressOptions o;
+    o.format = Format::sparse_bitmask;
+    o.shard_bytes = 40'000;
+    const auto rep = compress_checkpoint(tmp.path / "in", tmp.path / "sb", o);
+    expect_exact(tmp.path / "sb", DType::BF16, false);
+    CHECK(fs::exists(tmp.path / "sb" / "model.safetensors.index.json"));
+    CHECK(std::count(rep.files.begin(), rep.files.end(), "model.safetensors.index.json") == 1);
+    CHECK(rep.files.size() >= 4);  // >= 2 shards + index + config
+    CHECK(!fs::exists(tmp.path / "sb" / "model.safetensors"));
+    const auto cfg = th::read_json(tmp.path / "sb" / "config.json");
+    CHECK(cfg["quantization_config"]["version"] == "0.12.2");
+    CHECK(cfg["quantization_config"]["sparsity_config"]["format"] == "sparse-bitmask");
+    CHECK(cfg["model_type"] == "llama");
+    for (const auto& t : rep.tensors) CHECK(t.exact);
+  }
+  SECTION("sparse-24-bitmask of a 2:4 tensor is lossless; dense needs --prune-24") {
+    CompressOptions o;
+    o.format = Format::sparse_24_bitmask;
+    compress_checkpoint(tmp.path / "in", tmp.path / "s24", o);
+    expect_exact(tmp.path / "s24", DType::BF16, false);
+    const auto dense = make_model(DType::BF16);
+    write_model(tmp.path / "dense_in", dense, "bfloat16");
+    try {
+      compress_checkpoint(tmp.path / "dense_in", tmp.path / "s24b", o);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::invalid_argument);
+      CHECK(e.tensor() == "model.layers.0.self_attn.q_proj.weight");
+      CHECK(std::string(e.what()).find("--prune-24") != std::string::npos);
+    }
+    CHECK(!fs::exists(tmp.path / "s24b"));
+    o.prune_24 = true;
+    const auto rep = compress_checkpoint(tmp.path / "dense_in", tmp.path / "s24b", o);
+    for (const auto& t : rep.tensors)
+      if (t.format == Format::sparse_24_bitmask) CHECK((t.pruned > 0 && !t.exact));
+  }
+  SECTION("dense downcast, config dtype, files copied, weight files skipped") {
+    CompressOptions o;
+    o.format = Format::dense;
+    o.dtype = DType::F16;
+    const auto rep = compress_checkpoint(tmp.path / "in", tmp.path / "d16", o);
+    expect_exact(tmp.path / "d16", DType::F16, true);
+    const auto cfg = th::read_json(tmp.path / "d16" / "config.json");
+    CHECK(cfg["torch_dtype"] == "float16");
+    CHECK(!cfg.contains("quantization_config"));
+    CHECK(fs::exists(tmp.path / "d16" / "tokenizer.json"));
+    CHECK(fs::exists(tmp.path / "d16" / "1_Pooling" / "config.json"));
+    CHECK(!fs::exists(tmp.path / "d16" / "pytorch_model.bin"));
+    CHECK(rep.skipped == std::vector<std::string>{"pytorch_model.bin"});
+  }
+  SECTION("quantization_config: targets, ignore, version, format") {
+    CompressOptions o;
+    o.ignore = {"re:.*down_proj"};
+    o.group_size = 64;
+    compress_checkpoint(tmp.path / "in", tmp.path / "pq", o);
+    const auto q = th::read_json(tmp.path / "pq" / "config.json")["quantization_config"];
+    CHECK(q["version"] == "0.20.0");
+    CHECK(q["format"] == "pack-quantized");
+    CHECK(q["config_groups"]["group_0"]["targets"] == nlohmann::json::array({"Linear"}));
+    CHECK(q["config_groups"]["group_0"]["weights"]["group_size"] == 64);
+    CHECK(q["ignore"] == nlohmann::json::array({"re:.*down_proj", "model.embed_tokens", "lm_head"}));
+    auto out = Checkpoint::open(tmp.path / "pq");
+    CHECK(out.at("model.layers.1.mlp.down_proj.weight").format == Format::dense);
+    CHECK(out.at("model.layers.1.mlp.up_proj.weight").format == Format::pack_quantized);
+  }
+}
+
+TEST_CASE("compress failures name the tensor and leave nothing behind", "[writer_compress]") {
+  th::TempDir tmp("wf");
+  auto model = make_model(DType::BF16);
+  write_model(tmp.path / "in", model, "bfloat16");
+  auto nothing_left = [&](const fs::path& out) {
+    CHECK(!fs::exists(out));
+    for (const auto& e : fs::directory_iterator(tmp.path))
+      CHECK(e.path().filename().string().find("ctstream-tmp") == std::string::npos);
+  };
+  auto expect = [&](CompressOptions o, ErrorKind k, const std::string& tensor, const fs::path& in, const char* what) {
+    const fs::path out = tmp.path / "out";
+    try {
+      compress_checkpoint(in, out, o);
+      FAIL("expected an error: " << what);
+    } catch (const Error& e) {
+      INFO(e.what());
+      CHECK(e.kind() == k);
+      CHECK(e.tensor() == tensor);
+    }
+    nothing_left(out);
+  };
+  CompressOptions base;
+  base.group_size = 32;
+  CompressOptions o = base;
+  o.group_size = 48;  // does not divide 64 columns
+  expect(o, ErrorKind::invalid_argument, "model.layers.0.self_attn.q_proj.weight", tmp.path / "in", "group size");
+  o = {};
+  o.format = Format::nvfp4_pack_quantized;
+  o.targets = {"re:.*mlp.*", "re:zzz"};
+  CompressOptions bad_regex = o;
+  bad_regex.targets = {"re:(unclosed"};
+  expect(bad_regex, ErrorKind::invalid_argument, "", tmp.path / "in", "bad regex");
+  o.targets = {"re:nothing.*"};
+  expect(o, ErrorKind::invalid_argument, "", tmp.path / "in", "no target");
+  // Unsupported dtype for the format: an F64 2-D weight.
+  {
+    std::vector<SafetensorsWriter::Entry> es = {{"model.layers.0.mlp.up_proj.weight", DType::F64, {4, 32}}};
+    fs::create_directories(tmp.path / "f64");
+    SafetensorsWriter w(tmp.path / "f64" / "model.safetensors", es);
+    w.write(std::vector<std::byte>(4 * 32 * 8));
+    w.commit();
+    expect({}, ErrorKind::unsupported, "model.layers.0.mlp.up_proj.weight", tmp.path / "f64", "f64");
+  }
+  // NaN in a weight cannot be quantized (sparse formats keep it).
+  {
+    auto m = model;
+    m[5].values[7] = NAN;
+    write_model(tmp.path / "nan", m, "bfloat16");
+    expect(base, ErrorKind::invalid_argument, m[5].name, tmp.path / "nan", "nan");
+  }
+  // Output exists and is not empty: refused, untouched; --overwrite replaces it atomically.
+  {
+    fs::create_directories(tmp.path / "busy");
+    std::ofstream(tmp.path / "busy" / "keep.txt") << "x";
+    CHECK_THROWS_AS(compress_checkpoint(tmp.path / "in", tmp.path / "busy", base), Error);
+    CHECK(fs::exists(tmp.path / "busy" / "keep.txt"));
+    CompressOptions ow = base;
+    ow.overwrite = true;
+    compress_checkpoint(tmp.path / "in", tmp.path / "busy", ow);
+    CHECK(!fs::exists(tmp.path / "busy" / "keep.txt"));
+    CHECK(fs::exists(tmp.path / "busy" / "model.safetensors"));
+    fs::remove_all(tmp.path / "busy");
+  }
+  // Cancel and a throwing progress callback stop the job mid-way.
+  {
+    std::atomic<bool> cancel{false};
+    CompressOptions c = base;
+    c.cancel = &cancel;
+    int n = 0;
+    c.progress = [&](const CompressProgress&) {
+      if (++n == 5) cancel = true;
+    };
+    expect(c, ErrorKind::io, "", tmp.path / "in", "cancel");
+    CompressOptions t = base;
+    t.progress = [](const CompressProgress& p) {
+      if (p.tensors_done == 3) throw Error(ErrorKind::io, "", "", "stop");
+    };
+    expect(t, ErrorKind::io, "", tmp.path / "in", "callback");
+  }
+  // Output directory not writable: /sys refuses mkdir even for root.
+  if (fs::is_directory("/sys")) {
+    try {
+      compress_checkpoint(tmp.path / "in", "/sys/ctstream-test-out", base);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::io);
+      CHECK(std::string(e.what()).find("not writable") != std::string::npos);
+    }
+  }
+  // Unsupported combinations are refused before anything is read.
+  CompressOptions f;
+  f.format = Format::float_quantized;
+  f.symmetric = false;
+  CHECK_THROWS_AS(compress_checkpoint(tmp.path / "in", tmp.path / "x", f), Error);
+  f = {};
+  f.format = Format::mxfp4_pack_quantized;
+  CHECK_THROWS_AS(compress_checkpoint(tmp.path / "in", tmp.path / "x", f), Error);
+  nothing_left(tmp.path / "x");
+}

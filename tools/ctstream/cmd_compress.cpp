@@ -1,0 +1,271 @@
+// ctstream compress IN OUT_DIR --format F [--bits N] [--group-size G] [--strategy S] [--block RxC]
+//                   [--asymmetric] [--dtype bf16] [--targets T]... [--ignore T]... [--shard-size 5GB]
+//                   [--prune-24] [--weight-only] [--no-fuse-global-scale] [--overwrite] [--no-copy]
+//                   [--no-errors] [--report FILE.json] [--quiet] [--pread] [--threads N]
+// Writes a compressed-tensors checkpoint (library API: include/ctstream/writer.hpp). A progress bar
+// on a terminal (stderr), plain lines otherwise; a summary on stdout; the per-tensor report as
+// JSON with --report. Ctrl-C stops between tensors and leaves nothing behind (exit 130).
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+
+namespace cli {
+namespace {
+
+std::atomic<bool> g_cancel{false};
+extern "C" void on_signal(int) { g_cancel.store(true); }
+
+ctstream::Format parse_format(const std::string& s) {
+  static const std::map<std::string, ctstream::Format> m = {
+      {"dense", ctstream::Format::dense},
+      {"sparse-bitmask", ctstream::Format::sparse_bitmask},
+      {"sparse-24-bitmask", ctstream::Format::sparse_24_bitmask},
+      {"pack-quantized", ctstream::Format::pack_quantized},
+      {"int-quantized", ctstream::Format::int_quantized},
+      {"float-quantized", ctstream::Format::float_quantized},
+      {"nvfp4-pack-quantized", ctstream::Format::nvfp4_pack_quantized},
+  };
+  std::string k = s;
+  for (char& c : k) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto it = m.find(k);
+  if (it == m.end())
+    throw std::invalid_argument("--format must be one of dense, sparse-bitmask, sparse-24-bitmask, pack-quantized, "
+                                "int-quantized, float-quantized, nvfp4-pack-quantized; got '" + s + "'");
+  return it->second;
+}
+
+ctstream::QuantStrategy parse_strategy(const std::string& s) {
+  static const std::map<std::string, ctstream::QuantStrategy> m = {
+      {"tensor", ctstream::QuantStrategy::tensor}, {"channel", ctstream::QuantStrategy::channel},
+      {"group", ctstream::QuantStrategy::group},   {"block", ctstream::QuantStrategy::block},
+      {"tensor_group", ctstream::QuantStrategy::tensor_group}};
+  auto it = m.find(s);
+  if (it == m.end()) throw std::invalid_argument("--strategy must be tensor, channel, group, block or tensor_group");
+  return it->second;
+}
+
+uint64_t parse_uint(const std::string& flag, const std::string& v) {
+  size_t pos = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(v, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos != v.size() || v.empty() || v[0] == '-') throw std::invalid_argument(flag + " needs a positive integer, got '" + v + "'");
+  return n;
+}
+
+std::string fmt_time(double s) {
+  if (!std::isfinite(s) || s < 0) return "--:--";
+  const long t = static_cast<long>(s + 0.5);
+  char b[32];
+  if (t >= 3600) std::snprintf(b, sizeof b, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  else std::snprintf(b, sizeof b, "%ld:%02ld", t / 60, t % 60);
+  return b;
+}
+
+std::string fmt_db(double v) {
+  if (!std::isfinite(v)) return "exact";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f dB", v);
+  return b;
+}
+
+}  // namespace
+
+const char* kHelp =
+    "usage: ctstream compress IN OUT_DIR [options]\n"
+    "  IN is a .safetensors file or a model directory; OUT_DIR must not exist or be empty (or --overwrite).\n"
+    "  --format F            pack-quantized (default) | int-quantized | float-quantized | nvfp4-pack-quantized |\n"
+    "                        sparse-bitmask | sparse-24-bitmask | dense\n"
+    "  --bits N              weight bits (pack/int: 1..8, default 4 / 8)\n"
+    "  --strategy S          tensor | channel | group | block (default: pack group, int/float channel)\n"
+    "  --group-size G        group size (default 128; implies --strategy group)\n"
+    "  --block RxC           block strategy, e.g. 128x128 (float-quantized, int-quantized)\n"
+    "  --asymmetric          asymmetric INT quantization (zero points)\n"
+    "  --weight-only         int/float-quantized without the dynamic activation scheme\n"
+    "  --dtype D             convert float tensors first (required for dense: bf16 | fp16 | fp32)\n"
+    "  --targets T, --ignore T   module names or re:patterns (repeatable); default target Linear =\n"
+    "                        2-D weights except embeddings, norms and lm_head\n"
+    "  --prune-24            sparse-24-bitmask: keep the 2 largest of every 4 (else non-2:4 tensors are an error)\n"
+    "  --no-fuse-global-scale  nvfp4: per-layer global scales instead of shared q/k/v and gate/up ones\n"
+    "  --shard-size SIZE     largest shard (default 5GB)\n"
+    "  --report FILE.json    per-tensor sizes and quantization error (max abs, SNR dB)\n"
+    "  --overwrite --no-copy --no-errors --quiet --pread --threads N\n";
+
+int cmd_compress(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::fputs(kHelp, stdout);
+      return 0;
+    }
+  // --targets / --ignore may repeat: collect them before the generic parser sees the rest.
+  std::vector<std::string> targets, ignore;
+  std::vector<char*> rest{argv[0], argv[1]};
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    for (const char* flag : {"--targets", "--target", "--ignore"}) {
+      const std::string f = flag;
+      if (s == f || s.rfind(f + "=", 0) == 0) {
+        std::string v;
+        if (s == f) {
+          if (i + 1 >= argc) throw std::invalid_argument(f + " needs a value");
+          v = argv[++i];
+        } else {
+          v = s.substr(f.size() + 1);
+        }
+        (f == "--ignore" ? ignore : targets).push_back(v);
+        s.clear();
+        break;
+      }
+    }
+    if (!s.empty()) rest.push_back(argv[i]);
+  }
+  Args a = parse(static_cast<int>(rest.size()), rest.data(), 2,
+                 {"--asymmetric", "--symmetric", "--prune-24", "--weight-only", "--no-fuse-global-scale", "--overwrite",
+                  "--no-copy", "--no-errors", "--quiet", "--pread"},
+                 {"--format", "--bits", "--group-size", "--strategy", "--block", "--dtype", "--shard-size", "--report",
+                  "--threads"});
+  if (a.pos.size() != 2) throw std::invalid_argument("compress needs IN (file or model dir) and OUT_DIR");
+
+  ctstream::CompressOptions opt;
+  opt.format = parse_format(a.get("--format", "pack-quantized"));
+  if (a.has("--bits")) opt.num_bits = static_cast<unsigned>(parse_uint("--bits", a.get("--bits")));
+  if (a.has("--strategy")) opt.strategy = parse_strategy(a.get("--strategy"));
+  if (a.has("--group-size")) {
+    opt.group_size = parse_uint("--group-size", a.get("--group-size"));
+    if (!opt.strategy) opt.strategy = ctstream::QuantStrategy::group;
+  }
+  if (a.has("--block")) {
+    const std::string b = a.get("--block");
+    const auto x = b.find('x');
+    if (x == std::string::npos) throw std::invalid_argument("--block needs ROWSxCOLS, e.g. 128x128");
+    opt.block_rows = parse_uint("--block", b.substr(0, x));
+    opt.block_cols = parse_uint("--block", b.substr(x + 1));
+    if (!opt.strategy) opt.strategy = ctstream::QuantStrategy::block;
+  }
+  if (a.has("--asymmetric") && a.has("--symmetric")) throw std::invalid_argument("--asymmetric and --symmetric exclude each other");
+  opt.symmetric = !a.has("--asymmetric");
+  if (a.has("--dtype")) opt.dtype = parse_dtype(a.get("--dtype"));
+  if (opt.format == ctstream::Format::dense && !opt.dtype)
+    throw std::invalid_argument("--format dense needs --dtype (bf16, fp16 or fp32)");
+  if (a.has("--shard-size")) opt.shard_bytes = ctstream::parse_bytes(a.get("--shard-size"));
+  if (opt.shard_bytes == 0) throw std::invalid_argument("--shard-size must be positive");
+  opt.prune_24 = a.has("--prune-24");
+  opt.input_activations = !a.has("--weight-only");
+  opt.fuse_global_scales = !a.has("--no-fuse-global-scale");
+  opt.overwrite = a.has("--overwrite");
+  opt.copy_other_files = !a.has("--no-copy");
+  opt.compute_errors = !a.has("--no-errors");
+  opt.targets = targets;
+  opt.ignore = ignore;
+  opt.open = open_options(a);
+  const std::string scheme = ctstream::describe_scheme(opt);  // validates the combination early
+
+  const bool quiet = a.has("--quiet");
+  const bool tty = ::isatty(2) != 0;
+  if (!quiet) {
+    opt.progress = [tty](const ctstream::CompressProgress& p) {
+      const bool scan = p.phase == ctstream::CompressProgress::Phase::scan;
+      const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total)
+                                        : static_cast<double>(p.tensors_done) / std::max<size_t>(1, p.tensors_total);
+      if (tty) {
+        const int width = 24;
+        const int fill = static_cast<int>(frac * width);
+        std::string bar(static_cast<size_t>(fill), '=');
+        if (fill < width) bar += '>' + std::string(static_cast<size_t>(width - fill - 1), ' ');
+        const double eta = frac > 0 ? p.elapsed_s * (1 - frac) / frac : -1;
+        std::string name = p.tensor.size() > 40 ? "..." + p.tensor.substr(p.tensor.size() - 37) : p.tensor;
+        std::fprintf(stderr, "\r\033[K%s [%s] %zu/%zu tensors  %s/%s  ETA %s  %s", scan ? "scan " : "write",
+                     bar.c_str(), p.tensors_done, p.tensors_total, human_bytes(p.bytes_done).c_str(),
+                     human_bytes(p.bytes_total).c_str(), fmt_time(eta).c_str(), name.c_str());
+        if (!scan && p.tensors_done == p.tensors_total) std::fprintf(stderr, "\n");
+      } else {
+        std::fprintf(stderr, "%s [%zu/%zu] %s/%s %s\n", scan ? "scan" : "compress", p.tensors_done, p.tensors_total,
+                     human_bytes(p.bytes_done).c_str(), human_bytes(p.bytes_total).c_str(), p.tensor.c_str());
+      }
+      std::fflush(stderr);
+    };
+  }
+  g_cancel = false;
+  opt.cancel = &g_cancel;
+  struct sigaction sa{}, old_int{}, old_term{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  struct Restore {
+    struct sigaction i, t;
+    ~Restore() {
+      sigaction(SIGINT, &i, nullptr);
+      sigaction(SIGTERM, &t, nullptr);
+    }
+  } restore{old_int, old_term};
+
+  ctstream::CompressReport rep;
+  try {
+    rep = ctstream::compress_checkpoint(a.pos[0], a.pos[1], opt);
+  } catch (const ctstream::Error& e) {
+    if (g_cancel.load()) {
+      if (tty && !quiet) std::fprintf(stderr, "\n");
+      std::fprintf(stderr, "ctstream compress: interrupted; no output was written\n");
+      return 130;
+    }
+    if (tty && !quiet) std::fprintf(stderr, "\n");
+    throw;
+  }
+
+  if (a.has("--report")) {
+    const std::string path = a.get("--report");
+    std::ofstream f(path, std::ios::binary);
+    f << ctstream::report_json(rep, opt);
+    f.flush();
+    if (!f) throw ctstream::Error(ctstream::ErrorKind::io, path, "", "cannot write the report");
+  }
+  if (quiet) return 0;
+  std::string counts;
+  for (const auto& [k, v] : rep.format_counts) counts += (counts.empty() ? "" : ", ") + std::to_string(v) + " " + k;
+  std::printf("wrote %s: %zu files, %zu tensors (%s), scheme %s, %.2f s\n", a.pos[1].c_str(), rep.files.size(),
+              rep.tensors.size(), counts.c_str(), scheme.c_str(), rep.seconds);
+  std::printf("size: input %s -> output %s (ratio %.2fx)\n", human_bytes(rep.input_bytes).c_str(),
+              human_bytes(rep.output_bytes).c_str(), rep.ratio());
+  const ctstream::TensorReport* worst_err = nullptr;
+  const ctstream::TensorReport* worst_snr = nullptr;
+  double snr_sum = 0;
+  size_t lossy = 0;
+  for (const auto& t : rep.tensors) {
+    if (t.exact || (t.format == ctstream::Format::dense && t.input_dtype == t.output_dtype)) continue;
+    ++lossy;
+    if (!worst_err || t.max_abs_error > worst_err->max_abs_error) worst_err = &t;
+    if (!worst_snr || t.snr_db < worst_snr->snr_db) worst_snr = &t;
+    if (std::isfinite(t.snr_db)) snr_sum += t.snr_db;
+  }
+  if (!opt.compute_errors) {
+    std::printf("error: not measured (--no-errors)\n");
+  } else if (lossy == 0) {
+    std::printf("error: none, every tensor decodes to exactly its input\n");
+  } else {
+    std::printf("error over %zu lossy tensors: mean SNR %.1f dB; lowest SNR %s (%s); largest max|err| %.4g (%s)\n", lossy,
+                snr_sum / static_cast<double>(lossy), fmt_db(worst_snr->snr_db).c_str(), worst_snr->name.c_str(),
+                worst_err->max_abs_error, worst_err->name.c_str());
+  }
+  if (!rep.copied.empty() || !rep.skipped.empty())
+    std::printf("other files: %zu copied, %zu weight files left out\n", rep.copied.size(), rep.skipped.size());
+  return 0;
+}
+
+}  // namespace cli
