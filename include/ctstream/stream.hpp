@@ -29,8 +29,9 @@
 namespace ctstream {
 
 struct StreamOptions {
-  /// Output dtype for floating and compressed tensors; other dense dtypes come out as stored.
-  DType dtype = DType::BF16;
+  /// Output dtype for floating and compressed tensors (other dense dtypes come out as stored);
+  /// nullopt: every tensor in its natural dtype (TensorInfo::dtype).
+  std::optional<DType> dtype = DType::BF16;
   /// Bytes of decoded tensors that may be held ahead of the consumer.
   uint64_t budget_bytes = 512ull << 20;
   /// Decode threads for one tensor (0 = the Checkpoint's setting). Reading ahead of the next

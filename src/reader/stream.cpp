@@ -84,7 +84,8 @@ struct Stream::Impl {
   }
 
   DType out_dtype(const TensorInfo& t) const {
-    return t.format == Format::dense && !is_float_output(t.dtype) ? t.dtype : opt.dtype;
+    if (!opt.dtype || (t.format == Format::dense && !is_float_output(t.dtype))) return t.dtype;
+    return *opt.dtype;
   }
 
   // Where the next ring region of `size` bytes would go, or nullopt if it would overlap a

@@ -12,12 +12,16 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
+#include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <span>
 #include <string>
 #include <vector>
@@ -177,10 +181,35 @@ struct Buffer {
   nb::capsule owner;
 };
 
-Buffer allocate(uint64_t bytes) {
+// Output buffers. Large ones are their own anonymous mappings, so freeing an array gives its
+// pages back to the OS at once whichever thread allocated it (malloc would keep them in a
+// per-thread arena: the stream allocates on its worker, Python frees on the main thread).
+// A kAlign-byte header in front of the data records how to free it.
+constexpr size_t kMmapFrom = 256u << 10;
+void* out_alloc(uint64_t bytes) {
   if (bytes > static_cast<uint64_t>(std::numeric_limits<size_t>::max() / 2)) throw std::bad_alloc();
-  void* p = ::operator new(std::max<size_t>(bytes, 1), std::align_val_t{kAlign});
-  nb::capsule owner(p, [](void* q) noexcept { ::operator delete(q, std::align_val_t{kAlign}); });
+  const size_t total = static_cast<size_t>(bytes) + kAlign;
+  void* base;
+  if (total >= kMmapFrom) {
+    base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) throw std::bad_alloc();
+  } else {
+    base = ::operator new(total, std::align_val_t{kAlign});
+  }
+  std::memcpy(base, &total, sizeof total);
+  return static_cast<std::byte*>(base) + kAlign;
+}
+void out_free(void* p) noexcept {
+  std::byte* base = static_cast<std::byte*>(p) - kAlign;
+  size_t total;
+  std::memcpy(&total, base, sizeof total);
+  if (total >= kMmapFrom) ::munmap(base, total);
+  else ::operator delete(base, std::align_val_t{kAlign});
+}
+
+Buffer allocate(uint64_t bytes) {
+  void* p = out_alloc(bytes);
+  nb::capsule owner(p, [](void* q) noexcept { out_free(q); });
   return {static_cast<std::byte*>(p), std::move(owner)};
 }
 
@@ -198,37 +227,75 @@ class PyCheckpoint;
 
 // Iterates every tensor decoded into a fresh array. decode_next() is the one place that
 // produces the data of ckpt.tensors(): switch it to ctstream::Stream (budget_) there.
+// tensors(): a ctstream::Stream decodes ahead on its worker (within `budget` bytes) straight
+// into buffers allocated here, which are handed to Python as arrays without a copy.
 class TensorIter {
  public:
   TensorIter(CkPtr ck, std::optional<DType> dtype, uint64_t budget, unsigned threads)
-      : ck_(std::move(ck)), dtype_(dtype), budget_(budget), threads_(threads) {}
+      : ck_(std::move(ck)), dtype_(dtype), budget_(budget), threads_(threads), st_(std::make_unique<State>()) {}
 
   nb::tuple decode_next() {
-    const auto ts = ck_->tensors();
-    if (i_ >= ts.size()) throw nb::stop_iteration();
-    const TensorInfo& t = ts[i_++];
-    const DType d = resolve(t, dtype_);
-    const uint64_t bytes = t.decoded_bytes(d);
-    Buffer b = allocate(bytes);
+    if (!st_->stream) start();
+    std::optional<ctstream::Stream::Item> item;
     {
       nb::gil_scoped_release unlocked;
-      if (i_ < ts.size()) ck_->will_need(ts[i_]);
-      ck_->decode_into(t, std::span<std::byte>(b.data, bytes), d);
-      ck_->release(t);  // its file pages leave the process: RSS stays ~ one tensor + the outputs held
+      item = st_->stream->next();  // rethrows a decode error at its tensor
     }
-    return nb::make_tuple(t.name, make_array(b, d, {t.shape.begin(), t.shape.end()}, bytes),
-                          std::string(ctstream::dtype_name(d)));
+    if (!item) throw nb::stop_iteration();
+    ++delivered_;
+    void* p = take(item->info);
+    nb::capsule owner(p, [](void* q) noexcept { out_free(q); });
+    const Buffer b{static_cast<std::byte*>(p), std::move(owner)};
+    const TensorInfo& t = *item->info;
+    return nb::make_tuple(t.name, make_array(b, item->dtype, {t.shape.begin(), t.shape.end()}, item->data.size()),
+                          std::string(ctstream::dtype_name(item->dtype)));
   }
-  size_t remaining() const { return ck_->tensors().size() - i_; }
+  size_t remaining() const { return ck_->tensors().size() - delivered_; }
   uint64_t budget() const { return budget_; }
   unsigned threads() const { return threads_; }
 
  private:
+  static constexpr uint64_t kDefaultBudget = 512ull << 20;
+  void start() {
+    ctstream::StreamOptions so;
+    so.dtype = dtype_;
+    so.budget_bytes = budget_ ? budget_ : kDefaultBudget;
+    so.threads = threads_;
+    // Called on the worker thread, in delivery order: plain aligned memory (no GIL needed);
+    // ownership passes to a capsule when the tensor is delivered.
+    State* st = st_.get();
+    so.destination = [st](const TensorInfo& t, uint64_t bytes) {
+      void* p = out_alloc(bytes);
+      std::lock_guard<std::mutex> lk(st->mu);
+      st->pending.emplace(&t, p);
+      return std::span<std::byte>(static_cast<std::byte*>(p), bytes);
+    };
+    st_->stream = std::make_unique<ctstream::Stream>(*ck_, std::move(so));
+  }
+  void* take(const TensorInfo* t) {
+    std::lock_guard<std::mutex> lk(st_->mu);
+    auto it = st_->pending.find(t);
+    void* p = it->second;
+    st_->pending.erase(it);
+    return p;
+  }
+  // Shared with the stream's worker; kept at a stable address so the iterator can move.
+  struct State {
+    std::mutex mu;
+    std::unordered_map<const TensorInfo*, void*> pending;  // allocated, not yet handed to Python
+    std::unique_ptr<ctstream::Stream> stream;
+    ~State() {
+      stream.reset();  // joins the worker: no allocation after this
+      for (auto& [t, p] : pending) out_free(p);
+    }
+  };
+
   CkPtr ck_;
   std::optional<DType> dtype_;
-  size_t i_ = 0;
-  uint64_t budget_;   // bytes of decoded tensors allowed ahead of the consumer (Stream, to come)
+  uint64_t budget_;   // bytes decoded ahead of the consumer (0: 512 MiB)
   unsigned threads_;
+  size_t delivered_ = 0;
+  std::unique_ptr<State> st_;
 };
 
 class PyCheckpoint {
