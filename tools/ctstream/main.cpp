@@ -21,7 +21,7 @@ void usage() {
                "  demo [DIR]                                 generate a small Llama-shaped model, stream it back\n"
                "  synth DIR [--layers N --hidden H --intermediate I --vocab V --shards S --dtype bf16]\n"
                "                                             write a synthetic Llama-shaped dense checkpoint\n"
-               "  compress IN OUT_DIR --format F [--bits 4 --group-size 128 --asymmetric --ignore re:.* --shard-size 5GB]\n"
+               "  compress IN OUT_DIR --format F [--bits 4 --group-size 128 --asymmetric --ignore NAME|re:PAT --shard-size 5GB]\n"
                "                                             write a compressed-tensors checkpoint (see compress --help)\n\n"
                "common options: --pread (positional reads instead of mmap), --threads N\n"
                "PATH is a .safetensors file or a model directory (with or without an index).\n",
