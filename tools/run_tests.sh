@@ -12,7 +12,7 @@ bash tools/build.sh build
 echo "== Python module: pip install . into .venv, then pytest tests/python"
 .venv/bin/python -m pip install -q --no-build-isolation --config-settings=build-dir=build-py .
 rc=0
-CTSTREAM_REQUIRE_MODULE=1 CTSTREAM_CLI="$PWD/build/bin/ctstream" OMP_NUM_THREADS=2 \
+CTSTREAM_REQUIRE_MODULE=1 CTSTREAM_CLI="$PWD/build/bin/ctstream" CTSTREAM="$PWD/build/bin/ctstream" OMP_NUM_THREADS=2 \
   .venv/bin/python -m pytest -q tests/python || rc=$?
 [ "$rc" = 0 ] || [ "$rc" = 5 ] || exit "$rc"   # 5: no tests collected
 if [ "${CTSTREAM_SKIP_SANITIZE:-0}" != 1 ]; then

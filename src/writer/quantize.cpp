@@ -208,7 +208,8 @@ QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, c
         hi[i] = std::max(hi[i], v);
       }
   }
-  const auto [qmin, qmax] = quant_range(a);
+  const std::pair<float, float> qrange = quant_range(a);  // (no structured binding: clang 14 cannot capture one in OpenMP regions)
+  const float qmin = qrange.first, qmax = qrange.second;
   const float range = qmax - qmin;      // bit_range.to(D): exact for every supported width
   const float half_range = range / 2.f;
   p.scale.resize(n);
@@ -236,7 +237,8 @@ QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, c
 
 void quantize(const float* w, uint64_t rows, uint64_t cols, DType d, const WeightArgs& a, const QParams& p,
               uint8_t* out) {
-  const auto [qmin, qmax] = quant_range(a);
+  const std::pair<float, float> qrange = quant_range(a);  // (no structured binding: clang 14 cannot capture one in OpenMP regions)
+  const float qmin = qrange.first, qmax = qrange.second;
   const bool fp4 = a.type == QuantType::float_ && a.num_bits == 4;
   const bool fp8 = a.type == QuantType::float_ && a.num_bits == 8;
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
