@@ -34,8 +34,9 @@ struct StreamOptions {
   std::optional<DType> dtype = DType::BF16;
   /// Bytes of decoded tensors that may be held ahead of the consumer.
   uint64_t budget_bytes = 512ull << 20;
-  /// Decode threads for one tensor (0 = the Checkpoint's setting). Reading ahead of the next
-  /// tensors runs on one extra thread.
+  /// Decode threads (0 = the Checkpoint's setting less one, left to the consumer). They run on
+  /// the stream's worker thread: one large tensor is split across them, small tensors are
+  /// decoded in parallel batches.
   unsigned threads = 0;
   /// Drop the file pages of each tensor once the consumer moves past it.
   bool release_consumed = true;

@@ -57,6 +57,7 @@ class PreadFile final : public File {
   void read_at(uint64_t offset, std::span<std::byte> out) const override { pread_all(fd_.get(), path_, offset, out); }
   std::span<const std::byte> view(uint64_t, uint64_t) const override { return {}; }
   void guard(uint64_t) const override {}  // short reads are detected by read_at
+  void populate(uint64_t, uint64_t) const noexcept override {}
   void will_need(uint64_t offset, uint64_t n) const noexcept override {
     ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
   }
@@ -91,6 +92,13 @@ class MappedFile final : public File {
                       "); refusing to touch the mapping past its end");
   }
   void will_need(uint64_t offset, uint64_t n) const noexcept override { advise(offset, n, MADV_WILLNEED); }
+  void populate(uint64_t offset, uint64_t n) const noexcept override {
+#ifdef MADV_POPULATE_READ
+    advise(offset, n, MADV_POPULATE_READ);
+#else
+    (void)offset, (void)n;
+#endif
+  }
   void release(uint64_t offset, uint64_t n, bool drop_cache) const noexcept override {
     advise(offset, n, MADV_DONTNEED);
     if (drop_cache) ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_DONTNEED);

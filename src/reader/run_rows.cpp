@@ -16,7 +16,10 @@ uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std
     fail(ck, t, ErrorKind::buffer_too_small,
          "output holds " + std::to_string(out.size()) + " bytes, decode needs " + std::to_string(need));
   if (need == 0) return 0;
-  for (const auto& p : t.parts) ck.guard(p);
+  for (const auto& p : t.parts) {
+    ck.guard(p);
+    ck.file_of(p).populate(p.offset, p.nbytes);  // one call instead of a fault per page
+  }
   const unsigned threads = need >= 4 * kTaskBytes ? ck.threads() : 1;
 
   if (slice && t.shape.size() >= 2 && slice->dim == t.shape.size() - 1) {

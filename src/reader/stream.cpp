@@ -171,7 +171,11 @@ struct Stream::Impl {
   static constexpr size_t kBatchCount = 256;
 
   void run() {
-    const unsigned threads = opt.threads ? opt.threads : static_cast<unsigned>(std::max(1, omp_get_max_threads()));
+    // Default: the Checkpoint's decode threads less one, which stays with the consumer (copying
+    // items out, uploading them): an OpenMP team spinning on every core would starve it.
+    const unsigned ck_threads = ck.options().threads ? ck.options().threads
+                                                     : static_cast<unsigned>(std::max(1, omp_get_max_threads()));
+    const unsigned threads = opt.threads ? opt.threads : std::max(1u, ck_threads - 1);
     size_t i = 0;
     while (i < order.size()) {
       // A batch: one large tensor (decoded with all threads), or a run of small ones (one

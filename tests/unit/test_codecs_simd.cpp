@@ -91,6 +91,32 @@ TEST_CASE("SIMD bitmask expand equals the scalar reference", "[codecs][simd]") {
   }
 }
 
+TEST_CASE("SIMD bitmask expand on random rows ending exactly at the guard page", "[codecs][simd]") {
+  // Many random lengths and densities, so that the point where a kernel switches from whole-vector
+  // loads to its tail path lands on every offset relative to the end of the values.
+  std::mt19937_64 rng(424242);
+  for (int trial = 0; trial < 600; ++trial) {
+    const unsigned esz = 1u << (trial % 3);
+    const size_t cols = 40 + rng() % 600;
+    std::bernoulli_distribution bit(std::uniform_real_distribution<double>(0.02, 0.98)(rng));
+    std::vector<uint8_t> mask((cols + 7) / 8, 0);
+    for (size_t j = 0; j < cols; ++j)
+      if (bit(rng)) mask[j / 8] |= static_cast<uint8_t>(1u << (j % 8));
+    const uint64_t count = codecs::bitmask_row_popcount(mask.data(), cols);
+    std::vector<unsigned char> values(count * esz);
+    for (auto& b : values) b = static_cast<unsigned char>(rng() | 1);
+    const Guarded gmask(mask.data(), mask.size()), gvalues(values.data(), values.size());
+    std::vector<unsigned char> want(cols * esz + 64, 0xAB);
+    codecs::bitmask_expand_kernel(esz, Isa::scalar)(gmask.get<uint8_t>(), gvalues.get<void>(), cols, want.data());
+    for (Isa isa : simd_isas()) {
+      INFO(codecs::isa_name(isa) << " elem=" << esz << " cols=" << cols << " trial=" << trial);
+      std::vector<unsigned char> got(cols * esz + 64, 0xAB);
+      REQUIRE(codecs::bitmask_expand_kernel(esz, isa)(gmask.get<uint8_t>(), gvalues.get<void>(), cols, got.data()) == count);
+      REQUIRE(std::memcmp(want.data(), got.data(), want.size()) == 0);
+    }
+  }
+}
+
 namespace {
 
 // Scales: ordinary magnitudes plus values that overflow (to Inf in f32, bf16 or f16), land in the

@@ -102,9 +102,10 @@ TEST_CASE("scalar f32 narrowing equals torch on the fixture vectors", "[convert]
         uint32_t g = 0, w = 0;
         std::memcpy(&g, got.data() + i * esz, esz);
         std::memcpy(&w, want.data() + i * esz, esz);
-        auto as_f32 = [&](uint32_t v) {
-          return codecs::f32_from_bits(dd == DType::F32 ? v : dd == DType::BF16 ? codecs::bf16_to_f32(uint16_t(v))
-                                                                                : codecs::f16_to_f32(uint16_t(v)));
+        const DType out = dd;  // (a lambda may not capture a structured binding before C++20 in clang 14)
+        auto as_f32 = [out](uint32_t v) {
+          return codecs::f32_from_bits(out == DType::F32 ? v : out == DType::BF16 ? codecs::bf16_to_f32(uint16_t(v))
+                                                                                  : codecs::f16_to_f32(uint16_t(v)));
         };
         INFO(sn << "->" << dn << " element " << i << " got 0x" << std::hex << g << " want 0x" << w);
         // torch canonicalises NaN payloads differently on its scalar and vector paths; NaN-ness is

@@ -1,7 +1,7 @@
 // AVX-512 (F/BW/VL/VBMI2) bitmask-expand and fused 4-bit dequant kernels. Bit-exact with the
 // scalar references in codecs/bitmask.cpp and codecs/dequant.cpp (tests/unit/test_codecs_simd.cpp).
-// Never reads a value, mask or packed byte the scalar kernel would not read (masked loads and
-// expand-loads suppress faults on masked-off bytes), never writes past `cols` elements.
+// Never reads a value, mask or packed byte the scalar kernel would not read (plain loads only
+// where the row's data covers them, masked loads otherwise), never writes past `cols` elements.
 //
 // Includes: dequant.hpp is needed for the DequantSpec / DType definitions only (an aggregate and
 // an enum); nothing from the C++ library it pulls in is used here, so no inline library code is
@@ -16,8 +16,10 @@ namespace {
 
 // ---------------------------------------------------------------- bitmask expand
 //
-// vpexpand{b,w,d} with a register source after a masked load of exactly the popcount values
-// (the memory form of vpexpand is microcoded and much slower on Zen 4).
+// vpexpand{b,w,d} with a register source (the memory form measured no faster on this Zen CPU).
+// Values are read with plain 64-byte loads while a whole vector of the row's values remains
+// (masked loads that miss the cache measured at half the speed), then with masked loads of
+// exactly the values consumed.
 
 inline uint64_t low_bits64(unsigned n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
 
@@ -28,68 +30,66 @@ inline uint64_t mask_bits(const uint8_t* mask, size_t j, unsigned n) {
   return static_cast<uint64_t>(_mm_cvtsi128_si64(m)) & low_bits64(n);
 }
 
-size_t expand8(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o) {
-  size_t j = 0, k = 0;
-  for (; j + 64 <= cols; j += 64) {
-    uint64_t m;
-    __builtin_memcpy(&m, mask + j / 8, 8);
-    const __m512i x = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, static_cast<unsigned>(_mm_popcnt_u64(m))), v + k);
-    _mm512_storeu_si512(o + j, _mm512_maskz_expand_epi8(m, x));
-    k += static_cast<size_t>(_mm_popcnt_u64(m));
+// Number of set mask bits in [0, cols) (the values the row holds).
+size_t row_popcount(const uint8_t* mask, size_t cols) {
+  size_t n = 0, i = 0;
+  for (; i + 64 <= cols; i += 64) {
+    uint64_t w;
+    __builtin_memcpy(&w, mask + i / 8, 8);
+    n += static_cast<size_t>(_mm_popcnt_u64(w));
   }
-  if (j < cols) {
-    const unsigned n = static_cast<unsigned>(cols - j);
-    const uint64_t m = mask_bits(mask, j, n);
-    const __m512i x = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, static_cast<unsigned>(_mm_popcnt_u64(m))), v + k);
-    _mm512_mask_storeu_epi8(o + j, low_bits64(n), _mm512_maskz_expand_epi8(m, x));
-    k += static_cast<size_t>(_mm_popcnt_u64(m));
-  }
-  return k;
+  if (i < cols) n += static_cast<size_t>(_mm_popcnt_u64(mask_bits(mask, i, static_cast<unsigned>(cols - i))));
+  return n;
 }
 
-size_t expand16(const uint8_t* mask, const uint16_t* v, size_t cols, uint16_t* o) {
-  size_t j = 0, k = 0;
-  for (; j + 64 <= cols; j += 64) {  // two vectors per 8 mask bytes
-    uint64_t m;
-    __builtin_memcpy(&m, mask + j / 8, 8);
-    const __mmask32 m0 = static_cast<__mmask32>(m), m1 = static_cast<__mmask32>(m >> 32);
-    const unsigned c0 = static_cast<unsigned>(_mm_popcnt_u32(m0)), c1 = static_cast<unsigned>(_mm_popcnt_u32(m1));
-    const __m512i x0 = _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, c0), v + k);
-    const __m512i x1 = _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, c1), v + k + c0);
-    _mm512_storeu_si512(o + j, _mm512_maskz_expand_epi16(m0, x0));
-    _mm512_storeu_si512(o + j + 32, _mm512_maskz_expand_epi16(m1, x1));
-    k += c0 + c1;
-  }
-  for (; j < cols; j += 32) {
-    const unsigned n = cols - j < 32 ? static_cast<unsigned>(cols - j) : 32u;
-    const __mmask32 m = static_cast<__mmask32>(mask_bits(mask, j, n));
-    const unsigned c = static_cast<unsigned>(_mm_popcnt_u32(m));
-    const __m512i x = _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, c), v + k);
-    _mm512_mask_storeu_epi16(o + j, _bzhi_u32(~0u, n), _mm512_maskz_expand_epi16(m, x));
-    k += c;
-  }
-  return k;
+inline unsigned popcount(uint64_t m) { return static_cast<unsigned>(_mm_popcnt_u64(m)); }
+
+// Elements of E bytes, L = 64 / E per vector: the L mask bits m expand the vector x.
+template <unsigned E>
+inline __m512i expand_vec(uint64_t m, __m512i x) {
+  if constexpr (E == 1) return _mm512_maskz_expand_epi8(m, x);
+  else if constexpr (E == 2) return _mm512_maskz_expand_epi16(static_cast<__mmask32>(m), x);
+  else return _mm512_maskz_expand_epi32(static_cast<__mmask16>(m), x);
+}
+// The first c (<= L) elements at p, the rest zero, touching no byte beyond them.
+template <unsigned E>
+inline __m512i load_first(const uint8_t* p, unsigned c) {
+  if constexpr (E == 1) return _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, c), p);
+  else if constexpr (E == 2) return _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, c), p);
+  else return _mm512_maskz_loadu_epi32(static_cast<__mmask16>(_bzhi_u32(~0u, c)), p);
+}
+// The first n (<= L) elements of x to o.
+template <unsigned E>
+inline void store_first(uint8_t* o, unsigned n, __m512i x) {
+  if constexpr (E == 1) _mm512_mask_storeu_epi8(o, low_bits64(n), x);
+  else if constexpr (E == 2) _mm512_mask_storeu_epi16(o, _bzhi_u32(~0u, n), x);
+  else _mm512_mask_storeu_epi32(o, static_cast<__mmask16>(_bzhi_u32(~0u, n)), x);
 }
 
-size_t expand32(const uint8_t* mask, const uint32_t* v, size_t cols, uint32_t* o) {
+template <unsigned E>
+size_t expand_row(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o) {
+  constexpr unsigned L = 64 / E;
+  const size_t total = row_popcount(mask, cols);
   size_t j = 0, k = 0;
-  for (; j + 64 <= cols; j += 64) {  // four vectors per 8 mask bytes
+  for (; j + 64 <= cols; j += 64) {  // 8 mask bytes = 64 / L vectors
     uint64_t m;
     __builtin_memcpy(&m, mask + j / 8, 8);
-    for (int q = 0; q < 4; ++q) {
-      const __mmask16 mq = static_cast<__mmask16>(m >> (16 * q));
-      const unsigned c = static_cast<unsigned>(_mm_popcnt_u32(mq));
-      const __m512i x = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(_bzhi_u32(~0u, c)), v + k);
-      _mm512_storeu_si512(o + j + 16 * q, _mm512_maskz_expand_epi32(mq, x));
-      k += c;
+    if (k + popcount(m & low_bits64(64 - L)) + L > total) break;  // the last vector's plain load
+    for (unsigned q = 0; q < 64 / L; ++q) {
+      const uint64_t mq = (m >> (L * q)) & low_bits64(L);
+      __m512i x = _mm512_loadu_si512(v + k * E);
+      asm("" : "+v"(x));  // keeps the load a plain vmovdqu: GCC would fold it into vpexpand's slow memory form
+      _mm512_storeu_si512(o + (j + L * q) * E, expand_vec<E>(mq, x));
+      k += popcount(mq);
     }
   }
-  for (; j < cols; j += 16) {
-    const unsigned n = cols - j < 16 ? static_cast<unsigned>(cols - j) : 16u;
-    const __mmask16 m = static_cast<__mmask16>(mask_bits(mask, j, n));
-    const unsigned c = static_cast<unsigned>(_mm_popcnt_u32(m));
-    const __m512i x = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(_bzhi_u32(~0u, c)), v + k);
-    _mm512_mask_storeu_epi32(o + j, static_cast<__mmask16>(_bzhi_u32(~0u, n)), _mm512_maskz_expand_epi32(m, x));
+  for (; j < cols; j += L) {
+    const unsigned n = cols - j < L ? static_cast<unsigned>(cols - j) : L;
+    const uint64_t m = mask_bits(mask, j, n);
+    const unsigned c = popcount(m);
+    const __m512i x = expand_vec<E>(m, load_first<E>(v + k * E, c));
+    if (n == L) _mm512_storeu_si512(o + j * E, x);
+    else store_first<E>(o + j * E, n, x);
     k += c;
   }
   return k;
@@ -355,13 +355,13 @@ void dequant_out(Kind o, const uint8_t* packed, size_t cols, const float* lut, c
 }  // namespace
 
 size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
-  return expand8(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
+  return expand_row<1>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
 size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
-  return expand16(m, static_cast<const uint16_t*>(v), c, static_cast<uint16_t*>(o));
+  return expand_row<2>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
 size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
-  return expand32(m, static_cast<const uint32_t*>(v), c, static_cast<uint32_t*>(o));
+  return expand_row<4>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
 
 void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp,

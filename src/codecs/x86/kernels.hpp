@@ -13,8 +13,9 @@
   void bf16_to_f16(const void* in, void* out, size_t n) noexcept;   \
   void f16_to_bf16(const void* in, void* out, size_t n) noexcept;
 
-// Bitmask expansion (codecs/bitmask.hpp) and fused 4-bit dequant (codecs/dequant.hpp); the
-// DequantSpec is passed as its three fields so this header needs no C++ library types.
+// Bitmask expansion (codecs/bitmask.hpp) and fused 4-bit dequant (codecs/dequant.hpp). The
+// DequantSpec is only forward-declared here; the ISA files include codecs/dequant.hpp for its
+// fields (plain enums and integers: checked with nm that no weak library symbols are emitted).
 #define CTSTREAM_DECLARE_CODEC_KERNELS                                                                    \
   size_t bitmask_expand_1(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;     \
   size_t bitmask_expand_2(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;     \
