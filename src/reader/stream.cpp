@@ -2,6 +2,7 @@
 // split across the Checkpoint's OpenMP threads) into a FIFO ring bounded by the budget.
 #include "ctstream/stream.hpp"
 
+#include "io/memory.hpp"
 #include "reader/internal.hpp"
 
 #include <omp.h>
@@ -52,8 +53,8 @@ struct Stream::Impl {
     std::exception_ptr error;
     bool ready = false;
   };
-  std::unique_ptr<std::byte[]> ring;     // budget bytes, untouched until used
-  std::vector<std::byte> oversize_buf;   // reused for tensors larger than the budget (one at a time)
+  io::AnonBuffer ring;                   // budget bytes (huge pages), untouched until used
+  io::AnonBuffer oversize_buf;           // reused for tensors larger than the budget (one at a time)
   std::deque<Slot> slots;                // produced, not yet released; front = oldest
   size_t produced = 0, delivered = 0;    // counts over `order`
   bool has_current = false;              // the consumer holds slots.front()
@@ -70,7 +71,7 @@ struct Stream::Impl {
     } else {
       for (const auto& n : opt.order) order.push_back(&ck.at(n));
     }
-    if (!opt.destination && opt.budget_bytes > 0) ring.reset(new std::byte[opt.budget_bytes]);
+    if (!opt.destination && opt.budget_bytes > 0) ring = io::AnonBuffer(opt.budget_bytes);
     worker = std::thread([this] { run(); });
   }
   ~Impl() {
@@ -152,12 +153,12 @@ struct Stream::Impl {
         dst = opt.destination(t, s.bytes);
       } else if (s.oversize) {
         if (oversize_buf.size() < s.bytes) {  // grows to the largest oversize tensor, then reused
-          oversize_buf = std::vector<std::byte>();
-          oversize_buf.resize(s.bytes);
+          oversize_buf = io::AnonBuffer();      // the old one goes first: never both at once
+          oversize_buf = io::AnonBuffer(s.bytes);
         }
         dst = {oversize_buf.data(), s.bytes};
       } else {
-        dst = {ring.get() + s.off, s.bytes};
+        dst = {ring.data() + s.off, s.bytes};
       }
       const uint64_t n = ck.decode_into(t, dst, s.dtype);
       s.data = dst.first(n);

@@ -14,14 +14,6 @@
 namespace fs = std::filesystem;
 
 namespace cli {
-namespace {
-uint64_t numel(const ctstream::Shape& s) {
-  uint64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-}  // namespace
-
 int cmd_demo(int argc, char** argv) {
   Args a = parse(argc, argv, 2, {"--pread"}, {"--threads"});
   const fs::path dir = a.pos.empty() ? fs::temp_directory_path() / "ctstream-demo" : fs::path(a.pos[0]);

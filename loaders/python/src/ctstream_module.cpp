@@ -186,6 +186,7 @@ struct Buffer {
 // per-thread arena: the stream allocates on its worker, Python frees on the main thread).
 // A kAlign-byte header in front of the data records how to free it.
 constexpr size_t kMmapFrom = 256u << 10;
+constexpr size_t kHugeFrom = 2u << 20;
 void* out_alloc(uint64_t bytes) {
   if (bytes > static_cast<uint64_t>(std::numeric_limits<size_t>::max() / 2)) throw std::bad_alloc();
   const size_t total = static_cast<size_t>(bytes) + kAlign;
@@ -193,6 +194,12 @@ void* out_alloc(uint64_t bytes) {
   if (total >= kMmapFrom) {
     base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    // Transparent huge pages (asked for: "madvise" mode is a common default): a fresh array is
+    // first written by the decoder, one fault per 2 MiB instead of per 4 KiB (measured on a
+    // 0.9 GB-bf16 int4 model, 1 thread: tensors() 0.36 s -> 0.11 s; the rest was page faults).
+    if (total >= kHugeFrom) ::madvise(base, total, MADV_HUGEPAGE);
+#endif
   } else {
     base = ::operator new(total, std::align_val_t{kAlign});
   }
