@@ -89,8 +89,7 @@ void BM_convert(benchmark::State& st, DType src, DType dst, Isa isa) {
 
 // Fused int4 dequant of a rows x cols weight, group size 128, bf16 scales (as f32, one per row
 // and group), optional integer zero points: one kernel call per row, rows split across threads.
-void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_zp, DType natural, DType dst, Isa isa,
-                     bool nontemporal = false) {
+void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_zp, DType natural, DType dst, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
   if (!codecs::isa_supported(isa)) {
     st.SkipWithError("ISA not supported");
@@ -108,8 +107,7 @@ void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_z
   for (int i = 0; i < 16; ++i) lut[i] = static_cast<float>(i - 8);
   const size_t osz = dtype_bits(dst) / 8;
   std::vector<std::byte> out(rows * cols * osz);
-  codecs::DequantSpec spec{natural, dst, kGroup};
-  spec.nontemporal = nontemporal;
+  const codecs::DequantSpec spec{natural, dst, kGroup};
   const auto fn = codecs::dequant_nibble_kernel(isa);
   for (auto _ : st) {
     split(threads, rows, [&](size_t b, size_t n) {
@@ -183,15 +181,9 @@ DEQUANT_BENCH(int4_g128_bf16_4096x14336, kRows, kColsWide, false, BF16, BF16)
 DEQUANT_BENCH(int4_g128_zp_bf16_4096x14336, kRows, kColsWide, true, BF16, BF16)
 DEQUANT_BENCH(int4_g128_bf16_to_f32_4096x4096, kRows, kCols, false, BF16, F32)
 DEQUANT_BENCH(int4_g128_f16_4096x4096, kRows, kCols, false, F16, F16)
-// The same with streaming stores (DequantSpec::nontemporal: what the reader asks for on large outputs).
-BENCHMARK_CAPTURE(BM_dequant_int4, int4_g128_bf16_4096x4096_nt_avx512, kRows, kCols, false, DType::BF16, DType::BF16, Isa::avx512, true)->Arg(1)->Arg(2)->UseRealTime();
-BENCHMARK_CAPTURE(BM_dequant_int4, int4_g128_zp_bf16_4096x4096_nt_avx512, kRows, kCols, true, DType::BF16, DType::BF16, Isa::avx512, true)->Arg(1)->Arg(2)->UseRealTime();
-BENCHMARK_CAPTURE(BM_dequant_int4, int4_g128_bf16_4096x14336_nt_avx512, kRows, kColsWide, false, DType::BF16, DType::BF16, Isa::avx512, true)->Arg(1)->Arg(2)->UseRealTime();
-BENCHMARK_CAPTURE(BM_dequant_int4, int4_g128_bf16_to_f32_4096x4096_nt_avx512, kRows, kCols, false, DType::BF16, DType::F32, Isa::avx512, true)->Arg(1)->Arg(2)->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_bitmask_bf16, sparse50_4096x4096_scalar, Isa::scalar)->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK_CAPTURE(BM_bitmask_bf16, sparse50_4096x4096_avx2, Isa::avx2)->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK_CAPTURE(BM_bitmask_bf16, sparse50_4096x4096_avx512, Isa::avx512)->Arg(1)->Arg(2)->UseRealTime();
-
 
 BENCHMARK_MAIN();

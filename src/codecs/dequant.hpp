@@ -21,9 +21,6 @@ struct DequantSpec {
   /// Values and zero points are small integers (|x - zp| <= 2^8), so x - zp is exact in f32 and
   /// in S; lets the generic kernel skip rounding the subtraction (fp8 zero points need it).
   bool int_values = false;
-  /// The output is large and not read back soon: kernels that can write it with streaming
-  /// (non-temporal) stores do, where it is 64-byte aligned. Same values either way.
-  bool nontemporal = false;
 };
 
 /// Generic row kernel over f32 inputs. zp may be null (symmetric); gidx, if not null, maps

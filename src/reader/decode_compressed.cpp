@@ -1,8 +1,6 @@
 // reader — decoders of the compressed-tensors formats, one row at a time. Layouts and
 // arithmetic: tests/fixtures/gen/DECODE_NOTES.md (each statement cites the library source);
 // the kernels themselves are in src/codecs.
-#include <unistd.h>
-
 #include <array>
 #include <optional>
 #include <cstring>
@@ -136,24 +134,10 @@ class Scales {
   std::vector<float> zp_;
 };
 
-// Outputs at least this large are written with streaming stores where a kernel can (the fused
-// 4-bit one): twice the last-level cache. Measured (bench/RESULTS.md, kernel table): int4 ->
-// bf16 of a 112 MiB output 27.0 -> 31.4 GB/s with them, a 32 MiB one 33.2 -> 25.5 GB/s (it
-// partly stays in the 32 MiB L3 with ordinary stores); the crossover was near 48 MiB.
-uint64_t streaming_store_threshold() {
-  static const uint64_t v = [] {
-    const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
-    return 2 * (l3 > 0 ? static_cast<uint64_t>(l3) : uint64_t(32) << 20);
-  }();
-  return v;
-}
-
 DequantSpec spec_for(const TensorInfo& t, DType out, uint64_t group_size) {
   // Integer codes (pack / naive int8) minus integer zero points: exact subtraction.
   const bool ints = t.quant.type == QuantType::int_;
-  DequantSpec spec{t.dtype, out, group_size, ints};
-  spec.nontemporal = t.decoded_bytes(out) >= streaming_store_threshold();
-  return spec;
+  return DequantSpec{t.dtype, out, group_size, ints};
 }
 
 // Shared by every quantized format: the main stored part, its scales, and the two ways a row

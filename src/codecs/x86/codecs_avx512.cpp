@@ -197,19 +197,6 @@ inline void chunk(__m128i bytes, __m512 lutv, Lanes s, Lanes z, void* out, size_
   }
 }
 
-// A full 64-byte store: streaming (non-temporal, bypasses the caches; `o` is 64-byte aligned,
-// which the caller checked) or ordinary.
-template <bool NT>
-inline void store64(void* o, __m512i v) {
-  if constexpr (NT) _mm512_stream_si512(static_cast<__m512i*>(o), v);
-  else _mm512_storeu_si512(o, v);
-}
-template <bool NT>
-inline void store64(float* o, __m512 v) {
-  if constexpr (NT) _mm512_stream_ps(o, v);
-  else _mm512_storeu_ps(o, v);
-}
-
 // Per-lane scale (or zero point) vectors for the chunk at column j whose first column is in
 // group g (ending at column nb), n valid columns; reads only entries of groups those columns use.
 template <Kind O>
@@ -257,20 +244,18 @@ inline __m512i table16(__m512 t) {
 // 32 columns of 16-bit output. Byte b of the row becomes the dword b * 0x1001 (vpmaddwd): its
 // low word's bits 4:0 are b & 0x1F (low nibble; bit 4 selects the duplicate half of the table),
 // its high word is b >> 4 (high nibble) -- columns 2m and 2m+1 in order.
-template <bool NT>
 inline void chunk_table16(const uint8_t* p, __m512i tab, uint16_t* o) {
   const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m512i idx = _mm512_madd_epi16(x, _mm512_set1_epi32(0x1001));
-  store64<NT>(o, _mm512_permutexvar_epi16(idx, tab));
+  _mm512_storeu_si512(o, _mm512_permutexvar_epi16(idx, tab));
 }
 // 32 columns of f32 output: the 16-float table through vpermps, lanes ordered as in chunk().
-template <bool NT>
 inline void chunk_table32(const uint8_t* p, __m512 tab, float* o) {
   const __m128i bytes = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), byte_order<kF32>());
   const __m512i ia = _mm512_cvtepu8_epi32(bytes);
   const __m512 a = _mm512_permutexvar_ps(ia, tab), b = _mm512_permutexvar_ps(_mm512_srli_epi32(ia, 4), tab);
-  store64<NT>(o, _mm512_unpacklo_ps(a, b));
-  store64<NT>(o + 16, _mm512_unpackhi_ps(a, b));
+  _mm512_storeu_ps(o, _mm512_unpacklo_ps(a, b));
+  _mm512_storeu_ps(o + 16, _mm512_unpackhi_ps(a, b));
 }
 
 // Chunks whose columns 0-15 are in one group and 16-31 in the next (group sizes that are
@@ -287,7 +272,6 @@ inline __m512i pair_table16(__m512 t0, __m512 t1) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(out_f16<N>(t0)), out_f16<N>(t1), 1);
   }
 }
-template <bool NT>
 inline void chunk_pair16(const uint8_t* p, __m512i tab, uint16_t* o) {
   const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m512i idx = _mm512_madd_epi16(x, _mm512_set1_epi32(0x1001));  // as in chunk_table16
@@ -295,9 +279,8 @@ inline void chunk_pair16(const uint8_t* p, __m512i tab, uint16_t* o) {
                                            0x00100010, 0x00100010, 0x00100010, 0x00100010);
   // (idx & 0x000F000F) | second
   const __m512i sel = _mm512_ternarylogic_epi32(idx, _mm512_set1_epi32(0x000F000F), second, 0xEA);
-  store64<NT>(o, _mm512_permutexvar_epi16(sel, tab));
+  _mm512_storeu_si512(o, _mm512_permutexvar_epi16(sel, tab));
 }
-template <bool NT>
 inline void chunk_pair32(const uint8_t* p, __m512 tab0, __m512 tab1, float* o) {
   const __m128i bytes = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), byte_order<kF32>());
   const __m512i ia = _mm512_cvtepu8_epi32(bytes);
@@ -305,48 +288,30 @@ inline void chunk_pair32(const uint8_t* p, __m512 tab0, __m512 tab1, float* o) {
   const __m512i sa = _mm512_ternarylogic_epi32(ia, _mm512_set1_epi32(0x0F), second, 0xEA);
   const __m512i sb = _mm512_or_si512(_mm512_srli_epi32(ia, 4), second);
   const __m512 a = _mm512_permutex2var_ps(tab0, sa, tab1), b = _mm512_permutex2var_ps(tab0, sb, tab1);
-  store64<NT>(o, _mm512_unpacklo_ps(a, b));
-  store64<NT>(o + 16, _mm512_unpackhi_ps(a, b));
+  _mm512_storeu_ps(o, _mm512_unpacklo_ps(a, b));
+  _mm512_storeu_ps(o + 16, _mm512_unpackhi_ps(a, b));
 }
 
-template <Kind N, Kind O, bool ZP, bool NT>
+template <Kind N, Kind O, bool ZP>
 void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp, size_t gs,
                  void* out) {
   const __m512 lutv = _mm512_loadu_ps(lut);
   size_t j = 0, g = 0, nb = gs;  // nb: first column after group g
-  // n < 32 columns from j (even) with masked loads and ordinary masked stores.
-  auto partial = [&](unsigned n) {
-    const __m128i bytes = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((n + 1) / 2)) - 1), packed + j / 2);
-    const Lanes s = lane_values<O>(scale, j, g, nb, gs, n);
-    Lanes z = s;
-    if constexpr (ZP) z = lane_values<O>(zp, j, g, nb, gs, n);
-    chunk<N, O, ZP>(bytes, lutv, s, z, out, j, (1u << n) - 1);
-  };
-  if constexpr (NT) {  // up to the output's first 64-byte boundary (16 or 0 columns: see dequant_zp)
-    constexpr size_t osz = O == kF32 ? 4 : 2;
-    size_t head = (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64 / osz;
-    if (head > cols) head = cols;
-    if (head) {
-      partial(static_cast<unsigned>(head));
-      j = head;
-      while (nb <= j) ++g, nb += gs;
-    }
-  }
   while (j + 32 <= cols) {
     if (j + 32 <= nb) {  // whole chunks inside group g: look the 16 possible outputs up
       const size_t lim = nb < cols ? nb : cols;
       const __m512 t = group_values<ZP>(lutv, scale, zp, g);
       if constexpr (O == kF32) {
         const __m512 tab = natural_image<N>(t);
-        for (; j + 32 <= lim; j += 32) chunk_table32<NT>(packed + j / 2, tab, static_cast<float*>(out) + j);
+        for (; j + 32 <= lim; j += 32) chunk_table32(packed + j / 2, tab, static_cast<float*>(out) + j);
       } else {
         const __m512i tab = table16<N, O>(t);
-        for (; j + 32 <= lim; j += 32) chunk_table16<NT>(packed + j / 2, tab, static_cast<uint16_t*>(out) + j);
+        for (; j + 32 <= lim; j += 32) chunk_table16(packed + j / 2, tab, static_cast<uint16_t*>(out) + j);
       }
     } else if (gs % 16 == 0) {  // group g ends at j + 16 (nb is a multiple of 16): two tables
       const __m512 t0 = group_values<ZP>(lutv, scale, zp, g), t1 = group_values<ZP>(lutv, scale, zp, g + 1);
-      if constexpr (O == kF32) chunk_pair32<NT>(packed + j / 2, natural_image<N>(t0), natural_image<N>(t1), static_cast<float*>(out) + j);
-      else chunk_pair16<NT>(packed + j / 2, pair_table16<N, O>(t0, t1), static_cast<uint16_t*>(out) + j);
+      if constexpr (O == kF32) chunk_pair32(packed + j / 2, natural_image<N>(t0), natural_image<N>(t1), static_cast<float*>(out) + j);
+      else chunk_pair16(packed + j / 2, pair_table16<N, O>(t0, t1), static_cast<uint16_t*>(out) + j);
       j += 32;
     } else {
       const Lanes s = lane_values<O>(scale, j, g, nb, gs, 32);
@@ -360,36 +325,30 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
       nb += gs;
     }
   }
-  if (j < cols) partial(static_cast<unsigned>(cols - j));  // 1..31
+  if (j < cols) {
+    const unsigned n = static_cast<unsigned>(cols - j);  // 1..31
+    const __m128i bytes = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((n + 1) / 2)) - 1), packed + j / 2);
+    const Lanes s = lane_values<O>(scale, j, g, nb, gs, n);
+    Lanes z = s;
+    if constexpr (ZP) z = lane_values<O>(zp, j, g, nb, gs, n);
+    chunk<N, O, ZP>(bytes, lutv, s, z, out, j, (1u << n) - 1);
+  }
 }
 
 template <Kind N, Kind O>
 void dequant_zp(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp, size_t gs,
-                bool nt, void* out) {
-  // Streaming stores need 64-byte aligned chunks: dequant_run writes the columns before the
-  // output's first 64-byte boundary as one partial chunk. That head must be a multiple of 16
-  // columns, which the two-group chunks (gs % 16 == 0) rely on: 16-bit outputs starting 0 or
-  // 32 bytes past a boundary, f32 outputs starting on one (torch / numpy / page-aligned
-  // buffers are 64-byte aligned). Other rows use ordinary stores.
-  constexpr size_t osz = O == kF32 ? 4 : 2;
-  const size_t mis = reinterpret_cast<uintptr_t>(out) % 64;
-  if (nt && mis % osz == 0 && (64 - mis) % 64 / osz % 16 == 0) {
-    if (zp) dequant_run<N, O, true, true>(packed, cols, lut, scale, zp, gs, out);
-    else dequant_run<N, O, false, true>(packed, cols, lut, scale, zp, gs, out);
-    _mm_sfence();  // order the streaming stores before whatever the caller does next
-  } else {
-    if (zp) dequant_run<N, O, true, false>(packed, cols, lut, scale, zp, gs, out);
-    else dequant_run<N, O, false, false>(packed, cols, lut, scale, zp, gs, out);
-  }
+                void* out) {
+  if (zp) dequant_run<N, O, true>(packed, cols, lut, scale, zp, gs, out);
+  else dequant_run<N, O, false>(packed, cols, lut, scale, zp, gs, out);
 }
 
 template <Kind N>
 void dequant_out(Kind o, const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp,
-                 size_t gs, bool nt, void* out) {
+                 size_t gs, void* out) {
   switch (o) {
-    case kBF16: return dequant_zp<N, kBF16>(packed, cols, lut, scale, zp, gs, nt, out);
-    case kF16: return dequant_zp<N, kF16>(packed, cols, lut, scale, zp, gs, nt, out);
-    case kF32: return dequant_zp<N, kF32>(packed, cols, lut, scale, zp, gs, nt, out);
+    case kBF16: return dequant_zp<N, kBF16>(packed, cols, lut, scale, zp, gs, out);
+    case kF16: return dequant_zp<N, kF16>(packed, cols, lut, scale, zp, gs, out);
+    case kF32: return dequant_zp<N, kF32>(packed, cols, lut, scale, zp, gs, out);
   }
 }
 
@@ -410,10 +369,9 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
   // Same dtype mapping as store_dequant: natural BF16 / F16 / else F32; out F32 / BF16 / else F16.
   const Kind o = spec.out == DType::F32 ? kF32 : spec.out == DType::BF16 ? kBF16 : kF16;
   const size_t gs = static_cast<size_t>(spec.group_size);
-  const bool nt = spec.nontemporal;
-  if (spec.natural == DType::BF16) dequant_out<kBF16>(o, packed, cols, lut, scale, zp, gs, nt, out);
-  else if (spec.natural == DType::F16) dequant_out<kF16>(o, packed, cols, lut, scale, zp, gs, nt, out);
-  else dequant_out<kF32>(o, packed, cols, lut, scale, zp, gs, nt, out);
+  if (spec.natural == DType::BF16) dequant_out<kBF16>(o, packed, cols, lut, scale, zp, gs, out);
+  else if (spec.natural == DType::F16) dequant_out<kF16>(o, packed, cols, lut, scale, zp, gs, out);
+  else dequant_out<kF32>(o, packed, cols, lut, scale, zp, gs, out);
 }
 
 }  // namespace ctstream::codecs::avx512
