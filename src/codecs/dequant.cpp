@@ -7,6 +7,7 @@
 #include "codecs/convert.hpp"
 
 #include "codecs/half.hpp"
+#include "codecs/minifloat.hpp"
 #include "codecs/x86/kernels.hpp"
 
 namespace ctstream::codecs {
@@ -90,7 +91,25 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
     store_dequant(d * scale[g], spec, out, j);
   }
 }
+void dequant_byte(const uint8_t* codes, size_t cols, ByteCode code, const float* scale, const float* zp,
+                  const DequantSpec& spec, void* out) noexcept {
+  for (size_t j = 0; j < cols; ++j) {
+    const size_t g = j / spec.group_size;
+    const float x = code == ByteCode::i8 ? static_cast<float>(static_cast<int8_t>(codes[j])) : e4m3_to_f32(codes[j]);
+    const float d = zp ? x - zp[g] : x;  // exact: integer codes and zero points
+    store_dequant(d * scale[g], spec, out, j);
+  }
+}
 }  // namespace scalar
+
+DequantByteFn dequant_byte_kernel(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::avx512: return avx512::dequant_byte;
+    case Isa::avx2: return avx2::dequant_byte;
+    case Isa::scalar: break;
+  }
+  return scalar::dequant_byte;
+}
 
 DequantNibbleFn dequant_nibble_kernel(Isa isa) noexcept {
   switch (isa) {

@@ -36,6 +36,16 @@ using DequantNibbleFn = void (*)(const uint8_t* packed, size_t cols, const float
                                  const float* zp, const DequantSpec& spec, void* out);
 DequantNibbleFn dequant_nibble_kernel(Isa isa) noexcept;
 
+/// 8-bit codes of naive-quantized / int-quantized (int8, two's complement) and float-quantized
+/// (F8_E4M3 = float8_e4m3fn: no Inf, S.1111.111 = NaN) weights.
+enum class ByteCode : uint8_t { i8, e4m3 };
+/// Fused kernel for one row of 8-bit codes: column j = code[j]'s exact f32 value, minus zp[g]
+/// (int8 only, integer zero points: spec.int_values), times scale[g], g = j / group_size; then
+/// rounded as dequant_f32_row does. Same bits as dequant_f32_row over the decoded values.
+using DequantByteFn = void (*)(const uint8_t* codes, size_t cols, ByteCode code, const float* scale,
+                               const float* zp, const DequantSpec& spec, void* out);
+DequantByteFn dequant_byte_kernel(Isa isa) noexcept;
+
 /// Unpacks `cols` offset-binary (`words`: little-endian int32 words, any alignment) `bits`-wide codes (1..8) of one row of int32 words into f32
 /// values u - 2^(bits-1). dense = the 0.18+ layout (element i at stream bits [i*b, i*b+b),
 /// compressed_tensors/compressors/pack_quantized/helpers.py `unpack_from_int32`); otherwise the

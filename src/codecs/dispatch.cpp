@@ -24,9 +24,11 @@ bool has_f16c() noexcept {
 Isa best_supported() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  // AVX-512 kernels use F, BW, VL, VBMI2 (expand/compress on bytes and words).
+  // AVX-512 kernels use F, BW, VL, DQ (compiled with it), VBMI (byte permutes of the 8-bit
+  // dequant tables) and VBMI2 (expand/compress on bytes and words): Ice Lake, Zen 4 and later.
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2") && has_f16c())
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") && has_f16c())
     return Isa::avx512;
   if (__builtin_cpu_supports("avx2") && has_f16c() && __builtin_cpu_supports("bmi2") &&
       __builtin_cpu_supports("fma"))

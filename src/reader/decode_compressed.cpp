@@ -163,6 +163,18 @@ class ScaledDecoder : public RowDecoder {
                                                         spec_, out);
     return true;
   }
+  // n 8-bit codes (int8 / fp8 E4M3) of row r starting at a column whose scale entry is `goff`:
+  // the fused kernel where it applies (no act-order, zero points only integer ones), else false.
+  bool byte_codes(uint64_t r, const std::byte* codes, DType code_dtype, uint64_t n, uint64_t goff, std::byte* out) const {
+    const float* zp = scales_.zp_row(r);
+    if ((code_dtype != DType::I8 && code_dtype != DType::F8_E4M3) || (zp && !spec_.int_values)) return false;
+    thread_local std::vector<std::byte> ss;
+    thread_local std::vector<float> sf;
+    const auto code = code_dtype == DType::I8 ? codecs::ByteCode::i8 : codecs::ByteCode::e4m3;
+    codecs::dequant_byte_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(codes), n, code,
+                                                      scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, spec_, out);
+    return true;
+  }
   // n f32 values of row r starting at a column whose scale entry is `goff`.
   void dequant(uint64_t r, const float* x, uint64_t n, uint64_t goff, const int32_t* gidx, std::byte* out) const {
     thread_local std::vector<std::byte> ss;
@@ -248,6 +260,7 @@ class NaiveDecoder final : public ScaledDecoder {
     thread_local std::vector<std::byte> sw;
     thread_local std::vector<float> xf;
     auto v = ck_.bytes(main_, r * cols_ + c0, c1 - c0, sw);
+    if (byte_codes(r, v.data(), main_.dtype, c1 - c0, goff, out)) return;
     xf.resize(c1 - c0);
     values_to_f32(main_.dtype, v.data(), c1 - c0, xf.data());
     dequant(r, xf.data(), c1 - c0, goff, nullptr, out);
@@ -347,10 +360,17 @@ class SparseDecoder final : public RowDecoder {
       convert_(dense.data(), out, cols_);
       return;
     }
+    const DequantSpec spec = spec_for(t_, out_, scales_->group_size());
+    const float* zp = scales_->zp_row(r);
+    if ((values_.dtype == DType::I8 || values_.dtype == DType::F8_E4M3) && (!zp || spec.int_values)) {
+      const auto code = values_.dtype == DType::I8 ? codecs::ByteCode::i8 : codecs::ByteCode::e4m3;
+      codecs::dequant_byte_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(dense.data()), cols_, code,
+                                                        scales_->row(r, sf, ss), zp, spec, out);
+      return;
+    }
     xf.resize(cols_);
     NaiveDecoder::values_to_f32(values_.dtype, dense.data(), cols_, xf.data());
-    const DequantSpec spec = spec_for(t_, out_, scales_->group_size());
-    codecs::dequant_f32_row(xf.data(), cols_, scales_->row(r, sf, ss), scales_->zp_row(r), nullptr, spec, out);
+    codecs::dequant_f32_row(xf.data(), cols_, scales_->row(r, sf, ss), zp, nullptr, spec, out);
   }
 
  private:

@@ -391,6 +391,88 @@ void dequant_out(Kind o, const uint8_t* packed, size_t cols, const float* lut, c
   }
 }
 
+// ---------------------------------------------------------------- fused 8-bit dequant
+//
+// 8 columns per chunk, one group's scale (and zero point) broadcast; the E4M3 decode is the
+// AVX-512 file's (f16 bits times 256, NaN patched). Partial chunks go through a zero-padded
+// stack copy of the codes and a stack output (AVX2 has no byte-masked loads or 16-bit stores).
+
+template <bool E4M3>
+inline __m256 byte_values(__m128i bytes) {  // low 8 bytes
+  if constexpr (!E4M3) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+  } else {
+    const __m128i w = _mm_cvtepu8_epi16(bytes);
+    const __m128i mag = _mm_and_si128(w, _mm_set1_epi16(0x7F));
+    const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8), _mm_slli_epi16(mag, 7));
+    const __m256 x = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.f));
+    const __m256 nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F))));
+    const __m256 q = _mm256_or_ps(_mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)))),
+                                  _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)));
+    return _mm256_blendv_ps(x, q, nan);
+  }
+}
+
+// 8 columns at o (whole chunk).
+template <Kind N, Kind O, bool ZP, bool E4M3>
+inline void byte_chunk(__m128i bytes, __m256 s, __m256 z, void* o) {
+  __m256 p = byte_values<E4M3>(bytes);
+  if constexpr (ZP) p = _mm256_sub_ps(p, z);
+  p = _mm256_mul_ps(p, s);
+  if constexpr (O == kBF16) {
+    const __m256i hi = _mm256_srli_epi32(out_bf16_hi<N>(p), 16);  // 8 x u32 < 2^16
+    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+    _mm_storeu_si128(static_cast<__m128i*>(o), w);
+  } else if constexpr (O == kF16) {
+    _mm_storeu_si128(static_cast<__m128i*>(o), out_f16<N>(p));
+  } else {
+    _mm256_storeu_ps(static_cast<float*>(o), natural_image<N>(p));
+  }
+}
+
+template <Kind N, Kind O, bool ZP, bool E4M3>
+void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* out) {
+  constexpr size_t osz = O == kF32 ? 4 : 2;
+  auto* o = static_cast<unsigned char*>(out);
+  __m256 z = _mm256_setzero_ps();
+  for (size_t j0 = 0, g = 0; j0 < cols; j0 += gs, ++g) {
+    const size_t j1 = cols - j0 > gs ? j0 + gs : cols;
+    const __m256 s = _mm256_set1_ps(scale[g]);
+    if constexpr (ZP) z = _mm256_set1_ps(zp[g]);
+    size_t j = j0;
+    for (; j + 8 <= j1; j += 8)
+      byte_chunk<N, O, ZP, E4M3>(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)), s, z, o + j * osz);
+    if (j < j1) {
+      const size_t n = j1 - j;
+      alignas(16) unsigned char in[16] = {}, tmp[32];
+      for (size_t k = 0; k < n; ++k) in[k] = codes[j + k];
+      byte_chunk<N, O, ZP, E4M3>(_mm_load_si128(reinterpret_cast<const __m128i*>(in)), s, z, tmp);
+      for (size_t k = 0; k < n * osz; ++k) o[j * osz + k] = tmp[k];
+    }
+  }
+}
+
+template <Kind N, Kind O>
+void byte_code(const uint8_t* codes, size_t cols, bool e4m3, const float* scale, const float* zp, size_t gs, void* out) {
+  if (e4m3) {
+    if (zp) byte_run<N, O, true, true>(codes, cols, scale, zp, gs, out);
+    else byte_run<N, O, false, true>(codes, cols, scale, zp, gs, out);
+  } else {
+    if (zp) byte_run<N, O, true, false>(codes, cols, scale, zp, gs, out);
+    else byte_run<N, O, false, false>(codes, cols, scale, zp, gs, out);
+  }
+}
+
+template <Kind N>
+void byte_out(Kind o, const uint8_t* codes, size_t cols, bool e4m3, const float* scale, const float* zp, size_t gs,
+              void* out) {
+  switch (o) {
+    case kBF16: return byte_code<N, kBF16>(codes, cols, e4m3, scale, zp, gs, out);
+    case kF16: return byte_code<N, kF16>(codes, cols, e4m3, scale, zp, gs, out);
+    case kF32: return byte_code<N, kF32>(codes, cols, e4m3, scale, zp, gs, out);
+  }
+}
+
 }  // namespace
 
 size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
@@ -413,4 +495,16 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
   else dequant_out<kF32>(o, packed, cols, lut, scale, zp, gs, out);
 }
 
+}  // namespace ctstream::codecs::avx2
+
+namespace ctstream::codecs::avx2 {
+void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCode code, const float* scale,
+                  const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept {
+  const Kind o = spec.out == DType::F32 ? kF32 : spec.out == DType::BF16 ? kBF16 : kF16;
+  const size_t gs = static_cast<size_t>(spec.group_size);
+  const bool e4m3 = code == ::ctstream::codecs::ByteCode::e4m3;
+  if (spec.natural == DType::BF16) byte_out<kBF16>(o, codes, cols, e4m3, scale, zp, gs, out);
+  else if (spec.natural == DType::F16) byte_out<kF16>(o, codes, cols, e4m3, scale, zp, gs, out);
+  else byte_out<kF32>(o, codes, cols, e4m3, scale, zp, gs, out);
+}
 }  // namespace ctstream::codecs::avx2

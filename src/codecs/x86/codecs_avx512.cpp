@@ -352,6 +352,143 @@ void dequant_out(Kind o, const uint8_t* packed, size_t cols, const float* lut, c
   }
 }
 
+// ---------------------------------------------------------------- fused 8-bit dequant
+//
+// 16 columns per chunk, one group's scale (and zero point) broadcast. int8: sign-extend and
+// convert. E4M3: bits (b & 0x80) << 8 | (b & 0x7F) << 7 read as f16 are the value times 2^-8
+// for every code, subnormals included (f16 has 3 more exponent bits and a bias 8 higher), so
+// vcvtph2ps and an exact multiply by 256 give it; S.1111.111 is NaN (float8_e4m3fn), patched.
+
+template <bool E4M3>
+inline __m512 byte_values(__m128i bytes) {
+  if constexpr (!E4M3) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+  } else {
+    const __m256i w = _mm256_cvtepu8_epi16(bytes);
+    const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
+    const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
+                                      _mm256_slli_epi16(mag, 7));
+    const __m512 x = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.f));
+    const __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F));
+    // NaN keeps the code's sign, quiet, no payload: e4m3_to_f32 (codecs/minifloat.hpp).
+    const __m512 q = _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(static_cast<int>(0x80000000u))),
+                                                         _mm512_set1_epi32(0x7FC00000)));
+    return _mm512_mask_mov_ps(x, nan, q);
+  }
+}
+
+template <Kind N, Kind O, bool ZP, bool E4M3>
+inline void byte_chunk(__m128i bytes, __m512 s, __m512 z, void* out, size_t j, __mmask16 valid) {
+  __m512 p = byte_values<E4M3>(bytes);
+  if constexpr (ZP) p = _mm512_sub_ps(p, z);
+  p = _mm512_mul_ps(p, s);
+  if constexpr (O == kBF16) {
+    const __m256i w = _mm512_cvtepi32_epi16(_mm512_srli_epi32(out_bf16_hi<N>(p), 16));
+    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(out) + j, valid, w);
+  } else if constexpr (O == kF16) {
+    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(out) + j, valid, out_f16<N>(p));
+  } else {
+    _mm512_mask_storeu_ps(static_cast<float*>(out) + j, valid, natural_image<N>(p));
+  }
+}
+
+// Long groups with 16-bit output (channel / tensor strategies): the group's 256 possible
+// outputs, computed by byte_chunk itself, become two 256-byte tables (low and high bytes of
+// each word), and 64 codes at a time are looked up with vpermi2b (VBMI): four lookups, two
+// blends on the codes' top bit, one interleave. Same bits as the arithmetic path by
+// construction.
+struct ByteTable {
+  __m512i lo[4], hi[4];
+};
+template <Kind N, Kind O, bool ZP, bool E4M3>
+inline ByteTable byte_table(__m512 s, __m512 z) {
+  alignas(64) uint16_t words[256];
+  for (unsigned q = 0; q < 16; ++q) {
+    const __m128i codes = _mm_add_epi8(_mm_set1_epi8(static_cast<char>(16 * q)),
+                                       _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    byte_chunk<N, O, ZP, E4M3>(codes, s, z, words, 16 * q, 0xFFFF);
+  }
+  ByteTable t;
+  for (unsigned k = 0; k < 4; ++k) {  // 64 words -> 64 low bytes and 64 high bytes
+    const __m512i a = _mm512_load_si512(words + 64 * k), b = _mm512_load_si512(words + 64 * k + 32);
+    t.lo[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(a)), _mm512_cvtepi16_epi8(b), 1);
+    t.hi[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(a, 8))),
+                                 _mm512_cvtepi16_epi8(_mm512_srli_epi16(b, 8)), 1);
+  }
+  return t;
+}
+// Up to 64 columns from 64 code bytes (`n` of them valid) at out + j.
+inline void byte_lookup(const ByteTable& t, __m512i c, uint16_t* o, unsigned n) {
+  const __mmask64 top = _mm512_movepi8_mask(c);
+  const __m512i lo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.lo[0], c, t.lo[1]),
+                                            _mm512_permutex2var_epi8(t.lo[2], c, t.lo[3]));
+  const __m512i hi = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.hi[0], c, t.hi[1]),
+                                            _mm512_permutex2var_epi8(t.hi[2], c, t.hi[3]));
+  // unpacklo / unpackhi interleave within 128-bit lanes: words of codes 0-7, 16-23, 32-39, 48-55
+  // and 8-15, 24-31, 40-47, 56-63; two qword permutes put them in column order.
+  const __m512i a = _mm512_unpacklo_epi8(lo, hi), b = _mm512_unpackhi_epi8(lo, hi);
+  const __m512i w0 = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), b);
+  const __m512i w1 = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), b);
+  if (n == 64) {
+    _mm512_storeu_si512(o, w0);
+    _mm512_storeu_si512(o + 32, w1);
+  } else {
+    _mm512_mask_storeu_epi16(o, n >= 32 ? ~0u : _bzhi_u32(~0u, n), w0);
+    if (n > 32) _mm512_mask_storeu_epi16(o + 32, _bzhi_u32(~0u, n - 32), w1);
+  }
+}
+constexpr size_t kByteTableFrom = 512;  // group length from which building a table pays off
+
+template <Kind N, Kind O, bool ZP, bool E4M3>
+void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* out) {
+  __m512 z = _mm512_setzero_ps();
+  for (size_t j0 = 0, g = 0; j0 < cols; j0 += gs, ++g) {
+    const size_t j1 = cols - j0 > gs ? j0 + gs : cols;
+    const __m512 s = _mm512_set1_ps(scale[g]);
+    if constexpr (ZP) z = _mm512_set1_ps(zp[g]);
+    size_t j = j0;
+    if constexpr (O != kF32) {
+      if (j1 - j0 >= kByteTableFrom) {
+        const ByteTable t = byte_table<N, O, ZP, E4M3>(s, z);
+        uint16_t* o = static_cast<uint16_t*>(out);
+        for (; j + 64 <= j1; j += 64) byte_lookup(t, _mm512_loadu_si512(codes + j), o + j, 64);
+        if (j < j1) {
+          const unsigned n = static_cast<unsigned>(j1 - j);
+          byte_lookup(t, _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, n), codes + j), o + j, n);
+        }
+        continue;
+      }
+    }
+    for (; j + 16 <= j1; j += 16)
+      byte_chunk<N, O, ZP, E4M3>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), s, z, out, j, 0xFFFF);
+    if (j < j1) {
+      const __mmask16 m = static_cast<__mmask16>((1u << (j1 - j)) - 1);
+      byte_chunk<N, O, ZP, E4M3>(_mm_maskz_loadu_epi8(m, codes + j), s, z, out, j, m);
+    }
+  }
+}
+
+template <Kind N, Kind O>
+void byte_code(const uint8_t* codes, size_t cols, bool e4m3, const float* scale, const float* zp, size_t gs, void* out) {
+  if (e4m3) {
+    if (zp) byte_run<N, O, true, true>(codes, cols, scale, zp, gs, out);
+    else byte_run<N, O, false, true>(codes, cols, scale, zp, gs, out);
+  } else {
+    if (zp) byte_run<N, O, true, false>(codes, cols, scale, zp, gs, out);
+    else byte_run<N, O, false, false>(codes, cols, scale, zp, gs, out);
+  }
+}
+
+template <Kind N>
+void byte_out(Kind o, const uint8_t* codes, size_t cols, bool e4m3, const float* scale, const float* zp, size_t gs,
+              void* out) {
+  switch (o) {
+    case kBF16: return byte_code<N, kBF16>(codes, cols, e4m3, scale, zp, gs, out);
+    case kF16: return byte_code<N, kF16>(codes, cols, e4m3, scale, zp, gs, out);
+    case kF32: return byte_code<N, kF32>(codes, cols, e4m3, scale, zp, gs, out);
+  }
+}
+
 }  // namespace
 
 size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
@@ -374,4 +511,16 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
   else dequant_out<kF32>(o, packed, cols, lut, scale, zp, gs, out);
 }
 
+}  // namespace ctstream::codecs::avx512
+
+namespace ctstream::codecs::avx512 {
+void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCode code, const float* scale,
+                  const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept {
+  const Kind o = spec.out == DType::F32 ? kF32 : spec.out == DType::BF16 ? kBF16 : kF16;
+  const size_t gs = static_cast<size_t>(spec.group_size);
+  const bool e4m3 = code == ::ctstream::codecs::ByteCode::e4m3;
+  if (spec.natural == DType::BF16) byte_out<kBF16>(o, codes, cols, e4m3, scale, zp, gs, out);
+  else if (spec.natural == DType::F16) byte_out<kF16>(o, codes, cols, e4m3, scale, zp, gs, out);
+  else byte_out<kF32>(o, codes, cols, e4m3, scale, zp, gs, out);
+}
 }  // namespace ctstream::codecs::avx512

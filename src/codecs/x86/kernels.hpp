@@ -13,7 +13,7 @@
   void bf16_to_f16(const void* in, void* out, size_t n) noexcept;   \
   void f16_to_bf16(const void* in, void* out, size_t n) noexcept;
 
-// Bitmask expansion (codecs/bitmask.hpp) and fused 4-bit dequant (codecs/dequant.hpp). The
+// Bitmask expansion (codecs/bitmask.hpp) and fused 4-bit and 8-bit dequant (codecs/dequant.hpp). The
 // DequantSpec is only forward-declared here; the ISA files include codecs/dequant.hpp for its
 // fields (plain enums and integers: checked with nm that no weak library symbols are emitted).
 #define CTSTREAM_DECLARE_CODEC_KERNELS                                                                    \
@@ -21,10 +21,13 @@
   size_t bitmask_expand_2(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;     \
   size_t bitmask_expand_4(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;     \
   void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale,          \
-                      const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept;
+                      const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept;   \
+  void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCode code, const float* scale, \
+                    const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept;
 
 namespace ctstream::codecs {
 struct DequantSpec;
+enum class ByteCode : uint8_t;
 }
 namespace ctstream::codecs::scalar { CTSTREAM_DECLARE_CONVERT_KERNELS CTSTREAM_DECLARE_CODEC_KERNELS }
 namespace ctstream::codecs::avx2 { CTSTREAM_DECLARE_CONVERT_KERNELS CTSTREAM_DECLARE_CODEC_KERNELS }
