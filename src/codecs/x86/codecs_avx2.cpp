@@ -1,4 +1,4 @@
-// AVX2 (+F16C, BMI2) bitmask-expand and fused 4-bit dequant kernels. Bit-exact with the scalar
+// AVX2 (+F16C, BMI2) bitmask-expand, fused 4-bit and fused 8-bit dequant kernels. Bit-exact with the scalar
 // references in codecs/bitmask.cpp and codecs/dequant.cpp (tests/unit/test_codecs_simd.cpp).
 // Never reads a value, mask or packed byte the scalar kernel would not read (AVX2 has no
 // byte-masked loads: vector loads are used only while a whole vector of the row's values

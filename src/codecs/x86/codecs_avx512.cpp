@@ -1,4 +1,4 @@
-// AVX-512 (F/BW/VL/VBMI2) bitmask-expand and fused 4-bit dequant kernels. Bit-exact with the
+// AVX-512 (F/BW/VL/DQ/VBMI/VBMI2) bitmask-expand, fused 4-bit and fused 8-bit dequant kernels. Bit-exact with the
 // scalar references in codecs/bitmask.cpp and codecs/dequant.cpp (tests/unit/test_codecs_simd.cpp).
 // Never reads a value, mask or packed byte the scalar kernel would not read (plain loads only
 // where the row's data covers them, masked loads otherwise), never writes past `cols` elements.
