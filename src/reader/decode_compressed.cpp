@@ -140,6 +140,15 @@ DequantSpec spec_for(const TensorInfo& t, DType out, uint64_t group_size) {
   return DequantSpec{t.dtype, out, group_size, ints};
 }
 
+// The fused 8-bit kernel's code type for values of dtype `d`, where that kernel applies: int8 or
+// fp8 E4M3 codes, zero points only when the subtraction is exact (integer ones).
+std::optional<codecs::ByteCode> fused_byte_code(DType d, const float* zp, const DequantSpec& spec) {
+  if (zp && !spec.int_values) return std::nullopt;
+  if (d == DType::I8) return codecs::ByteCode::i8;
+  if (d == DType::F8_E4M3) return codecs::ByteCode::e4m3;
+  return std::nullopt;
+}
+
 // Shared by every quantized format: the main stored part, its scales, and the two ways a row
 // is finished — the fused 4-bit kernel, or f32 values through the generic dequant kernel.
 class ScaledDecoder : public RowDecoder {
@@ -167,11 +176,11 @@ class ScaledDecoder : public RowDecoder {
   // the fused kernel where it applies (no act-order, zero points only integer ones), else false.
   bool byte_codes(uint64_t r, const std::byte* codes, DType code_dtype, uint64_t n, uint64_t goff, std::byte* out) const {
     const float* zp = scales_.zp_row(r);
-    if ((code_dtype != DType::I8 && code_dtype != DType::F8_E4M3) || (zp && !spec_.int_values)) return false;
+    const auto code = fused_byte_code(code_dtype, zp, spec_);
+    if (!code) return false;
     thread_local std::vector<std::byte> ss;
     thread_local std::vector<float> sf;
-    const auto code = code_dtype == DType::I8 ? codecs::ByteCode::i8 : codecs::ByteCode::e4m3;
-    codecs::dequant_byte_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(codes), n, code,
+    codecs::dequant_byte_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(codes), n, *code,
                                                       scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, spec_, out);
     return true;
   }
@@ -362,9 +371,8 @@ class SparseDecoder final : public RowDecoder {
     }
     const DequantSpec spec = spec_for(t_, out_, scales_->group_size());
     const float* zp = scales_->zp_row(r);
-    if ((values_.dtype == DType::I8 || values_.dtype == DType::F8_E4M3) && (!zp || spec.int_values)) {
-      const auto code = values_.dtype == DType::I8 ? codecs::ByteCode::i8 : codecs::ByteCode::e4m3;
-      codecs::dequant_byte_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(dense.data()), cols_, code,
+    if (const auto code = fused_byte_code(values_.dtype, zp, spec)) {
+      codecs::dequant_byte_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(dense.data()), cols_, *code,
                                                         scales_->row(r, sf, ss), zp, spec, out);
       return;
     }
