@@ -123,8 +123,10 @@ void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_z
 
 // Fused 8-bit dequant (float-quantized fp8 E4M3 / int-quantized int8) of a rows x cols weight to
 // bf16 with bf16 scales: channel strategy (one scale per row: the long-group table path on
-// AVX-512) or groups of `group` columns (fp8 block 128: the arithmetic path).
-void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::ByteCode code, size_t group, Isa isa) {
+// AVX-512), or groups of `group` columns whose scales repeat for `block_rows` rows (fp8 128x128
+// blocks: the kernel gets a per-thread table memo, as the reader gives it for block weights).
+void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::ByteCode code, size_t group,
+                     size_t block_rows, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
   if (!codecs::isa_supported(isa)) {
     st.SkipWithError("ISA not supported");
@@ -137,13 +139,18 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
   std::uniform_real_distribution<float> sd(0.001f, 0.02f);
   std::vector<float> scale(rows * groups);
   for (auto& s : scale) s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(sd(rng)))));
+  if (block_rows > 1)
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t g = 0; g < groups; ++g) scale[r * groups + g] = scale[(r - r % block_rows) * groups + g];
   std::vector<std::byte> out(rows * cols * 2);
   const codecs::DequantSpec spec{DType::BF16, DType::BF16, gs, code == codecs::ByteCode::i8};
   const auto fn = codecs::dequant_byte_kernel(isa);
   for (auto _ : st) {
     split(threads, rows, [&](size_t b, size_t n) {
+      thread_local std::vector<std::byte> memo(codecs::kDequantByteMemoBytes);
       for (size_t r = b; r < b + n; ++r)
-        fn(codes.data() + r * cols, cols, code, scale.data() + r * groups, nullptr, spec, out.data() + r * cols * 2);
+        fn(codes.data() + r * cols, cols, code, scale.data() + r * groups, nullptr, spec,
+           block_rows > 1 ? memo.data() : nullptr, out.data() + r * cols * 2);
     });
     benchmark::DoNotOptimize(out.data());
   }
@@ -212,14 +219,16 @@ DEQUANT_BENCH(int4_g128_zp_bf16_4096x14336, kRows, kColsWide, true, BF16, BF16)
 DEQUANT_BENCH(int4_g128_bf16_to_f32_4096x4096, kRows, kCols, false, BF16, F32)
 DEQUANT_BENCH(int4_g128_f16_4096x4096, kRows, kCols, false, F16, F16)
 
-#define BYTE_BENCH(NAME, C, CODE, G)                                                                            \
-  BENCHMARK_CAPTURE(BM_dequant_byte, NAME##_scalar, kRows, C, codecs::ByteCode::CODE, G, Isa::scalar)->Arg(1)->UseRealTime(); \
-  BENCHMARK_CAPTURE(BM_dequant_byte, NAME##_avx2, kRows, C, codecs::ByteCode::CODE, G, Isa::avx2)->Arg(1)->Arg(2)->UseRealTime(); \
-  BENCHMARK_CAPTURE(BM_dequant_byte, NAME##_avx512, kRows, C, codecs::ByteCode::CODE, G, Isa::avx512)->Arg(1)->Arg(2)->UseRealTime();
-BYTE_BENCH(fp8_channel_bf16_4096x4096, kCols, e4m3, 0)
-BYTE_BENCH(fp8_channel_bf16_4096x14336, kColsWide, e4m3, 0)
-BYTE_BENCH(fp8_block128_bf16_4096x4096, kCols, e4m3, 128)
-BYTE_BENCH(int8_channel_bf16_4096x4096, kCols, i8, 0)
+#define BYTE_BENCH(NAME, C, CODE, G, BR)                                                                        \
+  BENCHMARK_CAPTURE(BM_dequant_byte, NAME##_scalar, kRows, C, codecs::ByteCode::CODE, G, BR, Isa::scalar)->Arg(1)->UseRealTime(); \
+  BENCHMARK_CAPTURE(BM_dequant_byte, NAME##_avx2, kRows, C, codecs::ByteCode::CODE, G, BR, Isa::avx2)->Arg(1)->Arg(2)->UseRealTime(); \
+  BENCHMARK_CAPTURE(BM_dequant_byte, NAME##_avx512, kRows, C, codecs::ByteCode::CODE, G, BR, Isa::avx512)->Arg(1)->Arg(2)->UseRealTime();
+BYTE_BENCH(fp8_channel_bf16_4096x4096, kCols, e4m3, 0, 0)
+BYTE_BENCH(fp8_channel_bf16_4096x14336, kColsWide, e4m3, 0, 0)
+BYTE_BENCH(fp8_block128_bf16_4096x4096, kCols, e4m3, 128, 128)
+BYTE_BENCH(fp8_block128_bf16_4096x14336, kColsWide, e4m3, 128, 128)
+BYTE_BENCH(int8_channel_bf16_4096x4096, kCols, i8, 0, 0)
+BYTE_BENCH(int8_group128_bf16_4096x4096, kCols, i8, 128, 0)
 
 BENCHMARK_CAPTURE(BM_bitmask_bf16, sparse50_4096x4096_scalar, Isa::scalar)->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK_CAPTURE(BM_bitmask_bf16, sparse50_4096x4096_avx2, Isa::avx2)->Arg(1)->Arg(2)->UseRealTime();

@@ -92,7 +92,7 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
   }
 }
 void dequant_byte(const uint8_t* codes, size_t cols, ByteCode code, const float* scale, const float* zp,
-                  const DequantSpec& spec, void* out) noexcept {
+                  const DequantSpec& spec, void* /*memo*/, void* out) noexcept {
   for (size_t j = 0; j < cols; ++j) {
     const size_t g = j / spec.group_size;
     const float x = code == ByteCode::i8 ? static_cast<float>(static_cast<int8_t>(codes[j])) : e4m3_to_f32(codes[j]);

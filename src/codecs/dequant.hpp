@@ -42,9 +42,14 @@ enum class ByteCode : uint8_t { i8, e4m3 };
 /// Fused kernel for one row of 8-bit codes: column j = code[j]'s exact f32 value, minus zp[g]
 /// (int8 only, integer zero points: spec.int_values), times scale[g], g = j / group_size; then
 /// rounded as dequant_f32_row does. Same bits as dequant_f32_row over the decoded values.
+/// `memo` (may be null): kDequantByteMemoBytes of caller scratch, the same for every call of a
+/// thread, where a kernel may keep per-group output tables between calls: worth it when rows
+/// repeat their scales (block strategy: 128 rows share each scale). Contents are keyed by
+/// everything a table depends on, so one buffer may serve any tensor; zero it before first use.
 using DequantByteFn = void (*)(const uint8_t* codes, size_t cols, ByteCode code, const float* scale,
-                               const float* zp, const DequantSpec& spec, void* out);
+                               const float* zp, const DequantSpec& spec, void* memo, void* out);
 DequantByteFn dequant_byte_kernel(Isa isa) noexcept;
+inline constexpr size_t kDequantByteMemoBytes = 256 * 576 + 64;
 
 /// Unpacks `cols` offset-binary (`words`: little-endian int32 words, any alignment) `bits`-wide codes (1..8) of one row of int32 words into f32
 /// values u - 2^(bits-1). dense = the 0.18+ layout (element i at stream bits [i*b, i*b+b),

@@ -148,6 +148,16 @@ std::optional<codecs::ByteCode> fused_byte_code(DType d, const float* zp, const 
   if (d == DType::F8_E4M3) return codecs::ByteCode::e4m3;
   return std::nullopt;
 }
+// Block-quantized weights repeat each row's scales block_rows times: the 8-bit kernel is then
+// offered the calling thread's table memo (it keys every table it keeps, so one memo serves all).
+bool rows_repeat_scales(const TensorInfo& t) {
+  return t.quant.strategy == QuantStrategy::block && t.quant.block_rows >= 2;
+}
+void* byte_memo(bool wanted) {
+  if (!wanted) return nullptr;
+  thread_local std::vector<std::byte> memo(codecs::kDequantByteMemoBytes);  // zeroed: every slot empty
+  return memo.data();
+}
 
 // Shared by every quantized format: the main stored part, its scales, and the two ways a row
 // is finished — the fused 4-bit kernel, or f32 values through the generic dequant kernel.
@@ -156,7 +166,7 @@ class ScaledDecoder : public RowDecoder {
   ScaledDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols,
                 const char* main_role)
       : ck_(ck), main_(need_part(ck, t, main_role)), scales_(ck, t, rows, cols), cols_(cols),
-        spec_(spec_for(t, out, scales_.group_size())) {}
+        spec_(spec_for(t, out, scales_.group_size())), memo_(rows_repeat_scales(t)) {}
 
   // Columns [c0, c1) of row r from 4-bit codes (byte m: column 2m low nibble) whose row starts
   // at byte `row_off` of the main part. False when c0 is not on a byte and group boundary.
@@ -181,7 +191,8 @@ class ScaledDecoder : public RowDecoder {
     thread_local std::vector<std::byte> ss;
     thread_local std::vector<float> sf;
     codecs::dequant_byte_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(codes), n, *code,
-                                                      scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, spec_, out);
+                                                      scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, spec_,
+                                                      byte_memo(memo_), out);
     return true;
   }
   // n f32 values of row r starting at a column whose scale entry is `goff`.
@@ -197,6 +208,7 @@ class ScaledDecoder : public RowDecoder {
   Scales scales_;
   uint64_t cols_;
   DequantSpec spec_;
+  bool memo_;  // rows repeat their scales: offer the 8-bit kernel a table memo
 };
 
 class PackedIntDecoder final : public ScaledDecoder {
@@ -373,7 +385,7 @@ class SparseDecoder final : public RowDecoder {
     const float* zp = scales_->zp_row(r);
     if (const auto code = fused_byte_code(values_.dtype, zp, spec)) {
       codecs::dequant_byte_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(dense.data()), cols_, *code,
-                                                        scales_->row(r, sf, ss), zp, spec, out);
+                                                        scales_->row(r, sf, ss), zp, spec, byte_memo(rows_repeat_scales(t_)), out);
       return;
     }
     xf.resize(cols_);

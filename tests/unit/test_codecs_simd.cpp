@@ -252,14 +252,18 @@ TEST_CASE("Fused 8-bit dequant (int8, fp8 E4M3): scalar equals the generic kerne
   std::mt19937_64 rng(8);
   const DType types[] = {DType::BF16, DType::F16, DType::F32};
   const auto ref = codecs::dequant_byte_kernel(Isa::scalar);
+  // One table memo for the whole test, as a decode thread keeps one for every tensor: tables
+  // left by earlier calls (other scales, code types, dtypes) must never be taken for a new key.
+  std::vector<std::byte> memo(codecs::kDequantByteMemoBytes);
   int calls = 0;
   for (auto code : {codecs::ByteCode::i8, codecs::ByteCode::e4m3}) {
     // cols >= 512 with gs 0 (= cols) or 512 / 600 take the AVX-512 table path (groups of >= 512
-    // columns), with full 64-column lookups and partial ones at group ends.
+    // columns), with full 64-column lookups and partial ones at group ends; groups of 64..511
+    // take it only with a memo (built on the first call, found on the second).
     for (size_t cols : {size_t(1), size_t(7), size_t(8), size_t(15), size_t(16), size_t(17), size_t(100), size_t(256),
                         size_t(1001), size_t(4099)}) {
-      for (uint64_t gs : {uint64_t(1), uint64_t(5), uint64_t(16), uint64_t(24), uint64_t(128), uint64_t(512),
-                          uint64_t(600), uint64_t(0)}) {
+      for (uint64_t gs : {uint64_t(1), uint64_t(5), uint64_t(16), uint64_t(24), uint64_t(64), uint64_t(100),
+                          uint64_t(128), uint64_t(512), uint64_t(600), uint64_t(0)}) {
         const uint64_t g = gs ? gs : cols;
         const size_t ngroups = (cols + g - 1) / g;
         std::vector<uint8_t> codes(cols);
@@ -279,34 +283,39 @@ TEST_CASE("Fused 8-bit dequant (int8, fp8 E4M3): scalar equals the generic kerne
               const codecs::DequantSpec spec{nat, out, g, code == codecs::ByteCode::i8};
               const size_t osz = dtype_bits(out) / 8;
               std::vector<unsigned char> want(cols * osz + 64, 0xAB), generic(cols * osz + 64, 0xAB);
-              ref(gcodes.get<uint8_t>(), cols, code, gscale.get<float>(), zptr, spec, want.data());
+              ref(gcodes.get<uint8_t>(), cols, code, gscale.get<float>(), zptr, spec, nullptr, want.data());
               codecs::dequant_f32_row(x.data(), cols, scale.data(), with_zp ? zp.data() : nullptr, nullptr, spec,
                                       generic.data());
               INFO((code == codecs::ByteCode::i8 ? "i8 " : "e4m3 ") << dtype_name(nat) << "->" << dtype_name(out)
                                                                    << " gs=" << g << " cols=" << cols << " zp=" << with_zp);
-              REQUIRE(std::memcmp(want.data(), generic.data(), want.size()) == 0);
-              for (Isa isa : simd_isas()) {
-                std::vector<unsigned char> got(cols * osz + 64, 0xAB);
-                codecs::dequant_byte_kernel(isa)(gcodes.get<uint8_t>(), cols, code, gscale.get<float>(), zptr, spec,
-                                                 got.data());
-                ++calls;
-                // A NaN code times a NaN scale is NaN, but which operand's NaN comes out depends
-                // on instruction operand order (the scalar one is the compiler's choice): there,
-                // only NaN-ness is required. Everything else, and the bytes past the row, exact.
+              // A NaN code times a NaN scale is NaN, but which operand's NaN comes out depends on
+              // instruction operand order (in scalar code, the compiler's choice): there only
+              // NaN-ness is required. Everything else, and the bytes past the row, exact.
+              auto first_difference = [&](const std::vector<unsigned char>& got) -> size_t {
+                auto is_nan = [&](const unsigned char* b) {
+                  if (osz == 4) return std::isnan(codecs::f32_from_bits(b[0] | b[1] << 8 | b[2] << 16 | uint32_t(b[3]) << 24));
+                  const uint16_t h = static_cast<uint16_t>(b[0] | b[1] << 8);
+                  return out == DType::BF16 ? (h & 0x7FFF) > 0x7F80 : (h & 0x7FFF) > 0x7C00;
+                };
                 for (size_t k = 0; k < want.size(); k += osz) {
                   if (std::memcmp(want.data() + k, got.data() + k, osz) == 0) continue;
                   const size_t j = k / osz;
-                  const bool both_nan = j < cols && std::isnan(x[j]) && std::isnan(scale[j / g]);
-                  auto is_nan = [&](const unsigned char* b) {
-                    if (osz == 4) return std::isnan(codecs::f32_from_bits(b[0] | b[1] << 8 | b[2] << 16 | uint32_t(b[3]) << 24));
-                    const uint16_t h = static_cast<uint16_t>(b[0] | b[1] << 8);
-                    return out == DType::BF16 ? (h & 0x7FFF) > 0x7F80 : (h & 0x7FFF) > 0x7C00;
-                  };
-                  if (both_nan && is_nan(got.data() + k)) continue;
-                  FAIL_CHECK(codecs::isa_name(isa) << " column " << j << " differs (code 0x" << std::hex
-                                                   << int(codes[j < cols ? j : 0]) << std::dec << ")");
-                  break;
+                  if (j < cols && std::isnan(x[j]) && std::isnan(scale[j / g]) && is_nan(got.data() + k)) continue;
+                  return j;
                 }
+                return SIZE_MAX;
+              };
+              REQUIRE(first_difference(generic) == SIZE_MAX);
+              for (Isa isa : simd_isas()) for (int pass = 0; pass < 3; ++pass) {  // no memo, memo built, memo hit
+                std::vector<unsigned char> got(cols * osz + 64, 0xAB);
+                codecs::dequant_byte_kernel(isa)(gcodes.get<uint8_t>(), cols, code, gscale.get<float>(), zptr, spec,
+                                                 pass ? memo.data() : nullptr, got.data());
+                ++calls;
+                INFO(codecs::isa_name(isa) << " pass " << pass);
+                const size_t bad = first_difference(got);
+                if (bad != SIZE_MAX)
+                  FAIL_CHECK("column " << bad << " differs (code 0x" << std::hex << int(codes[bad < cols ? bad : 0])
+                                       << std::dec << ")");
               }
             }
           }
@@ -315,4 +324,50 @@ TEST_CASE("Fused 8-bit dequant (int8, fp8 E4M3): scalar equals the generic kerne
     }
   }
   REQUIRE((calls > 0 || simd_isas().empty()));
+}
+
+TEST_CASE("Fused 8-bit dequant: the table memo never serves a table of another key", "[codecs][simd]") {
+  // Block weights: consecutive rows share scales, so tables are reused; every key field (scale,
+  // zero point, code type, natural and output dtype) changing between calls on one memo must
+  // give a fresh table. Each call is compared with the scalar kernel.
+  std::mt19937_64 rng(21);
+  const size_t cols = 1000, gs = 100, groups = 10;
+  std::vector<uint8_t> codes(cols);
+  for (auto& c : codes) c = static_cast<uint8_t>(rng() & 0xF7);  // no NaN codes
+  auto scales = [&] {
+    std::vector<float> v(groups);
+    for (auto& s : v) s = std::ldexp(1.f + static_cast<float>(rng() % 128) / 128.f, -8 - static_cast<int>(rng() % 4));
+    return v;
+  };
+  const std::vector<float> a = scales(), b = scales();
+  std::vector<float> a1 = a;
+  a1[3] = std::nextafter(a1[3], 1.f);  // one group, one ulp
+  std::vector<float> zp0(groups, 3.f), zp1(groups, 3.f);
+  zp1[7] = 4.f;
+  struct Call {
+    codecs::ByteCode code;
+    DType nat, out;
+    const std::vector<float>* scale;
+    const std::vector<float>* zp;
+  };
+  const auto I8 = codecs::ByteCode::i8, E4 = codecs::ByteCode::e4m3;
+  const Call calls[] = {{E4, DType::BF16, DType::BF16, &a, nullptr},  {E4, DType::BF16, DType::BF16, &a, nullptr},
+                        {E4, DType::BF16, DType::BF16, &b, nullptr},  {E4, DType::BF16, DType::BF16, &a1, nullptr},
+                        {E4, DType::BF16, DType::F16, &a1, nullptr},  {E4, DType::F16, DType::F16, &a1, nullptr},
+                        {I8, DType::F16, DType::F16, &a1, nullptr},   {I8, DType::F16, DType::F16, &a1, &zp0},
+                        {I8, DType::F16, DType::F16, &a1, &zp1},      {I8, DType::BF16, DType::BF16, &a1, &zp1},
+                        {E4, DType::BF16, DType::BF16, &a, nullptr}};
+  for (Isa isa : simd_isas()) {
+    std::vector<std::byte> memo(codecs::kDequantByteMemoBytes);
+    int k = 0;
+    for (const Call& c : calls) {
+      const codecs::DequantSpec spec{c.nat, c.out, gs, c.code == I8};
+      const float* zp = c.zp ? c.zp->data() : nullptr;
+      std::vector<unsigned char> want(cols * 2), got(cols * 2);
+      codecs::dequant_byte_kernel(Isa::scalar)(codes.data(), cols, c.code, c.scale->data(), zp, spec, nullptr, want.data());
+      codecs::dequant_byte_kernel(isa)(codes.data(), cols, c.code, c.scale->data(), zp, spec, memo.data(), got.data());
+      INFO(codecs::isa_name(isa) << " call " << k++);
+      REQUIRE(want == got);
+    }
+  }
 }

@@ -499,7 +499,7 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
 
 namespace ctstream::codecs::avx2 {
 void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCode code, const float* scale,
-                  const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept {
+                  const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* /*memo*/, void* out) noexcept {
   const Kind o = spec.out == DType::F32 ? kF32 : spec.out == DType::BF16 ? kBF16 : kF16;
   const size_t gs = static_cast<size_t>(spec.group_size);
   const bool e4m3 = code == ::ctstream::codecs::ByteCode::e4m3;

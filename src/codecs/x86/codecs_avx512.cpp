@@ -439,8 +439,45 @@ inline void byte_lookup(const ByteTable& t, __m512i c, uint16_t* o, unsigned n) 
 }
 constexpr size_t kByteTableFrom = 512;  // group length from which building a table pays off
 
+// Columns [j, j1) of a row through table t.
+inline void table_run(const ByteTable& t, const uint8_t* codes, size_t j, size_t j1, uint16_t* o) {
+  for (; j + 64 <= j1; j += 64) byte_lookup(t, _mm512_loadu_si512(codes + j), o + j, 64);
+  if (j < j1) {
+    const unsigned n = static_cast<unsigned>(j1 - j);
+    byte_lookup(t, _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, n), codes + j), o + j, n);
+  }
+}
+
+// Tables kept between calls (DequantByteFn's `memo`): slot g % 256 holds the last table built for
+// group g of a row, with its key. Rows that repeat their scales (block strategy) then build each
+// table once per block of rows. 256 slots x 576 bytes + 64 for alignment = kDequantByteMemoBytes.
+struct MemoSlot {
+  uint32_t tag, scale_bits, zp_bits, pad[13];  // tag 0: empty (the caller zeroes the buffer)
+  ByteTable t;
+};
+constexpr size_t kMemoSlots = 256;
+static_assert(kMemoSlots * sizeof(MemoSlot) + 64 == ::ctstream::codecs::kDequantByteMemoBytes,
+              "kDequantByteMemoBytes: 256 slots of 576 bytes and 64 for alignment");
+constexpr size_t kMemoFrom = 64;  // shorter groups: the arithmetic path
+
+inline uint32_t f32_bits_of(float f) { return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_castps_si128(_mm_set_ss(f)))); }
+
 template <Kind N, Kind O, bool ZP, bool E4M3>
-void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* out) {
+inline const ByteTable& memo_table(void* memo, size_t g, float scale, float zp, __m512 s, __m512 z) {
+  auto* slots = reinterpret_cast<MemoSlot*>((reinterpret_cast<uintptr_t>(memo) + 63) & ~uintptr_t(63));
+  MemoSlot& m = slots[g % kMemoSlots];
+  const uint32_t tag = 1u + static_cast<uint32_t>(N) + 3u * static_cast<uint32_t>(O) + 9u * ZP + 18u * E4M3;
+  const uint32_t sb = f32_bits_of(scale), zb = ZP ? f32_bits_of(zp) : 0u;
+  if (m.tag != tag || m.scale_bits != sb || m.zp_bits != zb) {
+    m.t = byte_table<N, O, ZP, E4M3>(s, z);
+    m.tag = tag, m.scale_bits = sb, m.zp_bits = zb;
+  }
+  return m.t;
+}
+
+template <Kind N, Kind O, bool ZP, bool E4M3>
+void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* memo,
+              void* out) {
   __m512 z = _mm512_setzero_ps();
   for (size_t j0 = 0, g = 0; j0 < cols; j0 += gs, ++g) {
     const size_t j1 = cols - j0 > gs ? j0 + gs : cols;
@@ -448,14 +485,13 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
     if constexpr (ZP) z = _mm512_set1_ps(zp[g]);
     size_t j = j0;
     if constexpr (O != kF32) {
-      if (j1 - j0 >= kByteTableFrom) {
-        const ByteTable t = byte_table<N, O, ZP, E4M3>(s, z);
-        uint16_t* o = static_cast<uint16_t*>(out);
-        for (; j + 64 <= j1; j += 64) byte_lookup(t, _mm512_loadu_si512(codes + j), o + j, 64);
-        if (j < j1) {
-          const unsigned n = static_cast<unsigned>(j1 - j);
-          byte_lookup(t, _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, n), codes + j), o + j, n);
-        }
+      if (j1 - j0 >= kByteTableFrom) {  // a table of its own (kept in registers)
+        table_run(byte_table<N, O, ZP, E4M3>(s, z), codes, j0, j1, static_cast<uint16_t*>(out));
+        continue;
+      }
+      if (memo && j1 - j0 >= kMemoFrom) {  // a table shared with the rows that repeat this scale
+        table_run(memo_table<N, O, ZP, E4M3>(memo, g, scale[g], ZP ? zp[g] : 0.f, s, z), codes, j0, j1,
+                  static_cast<uint16_t*>(out));
         continue;
       }
     }
@@ -469,23 +505,24 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
 }
 
 template <Kind N, Kind O>
-void byte_code(const uint8_t* codes, size_t cols, bool e4m3, const float* scale, const float* zp, size_t gs, void* out) {
+void byte_code(const uint8_t* codes, size_t cols, bool e4m3, const float* scale, const float* zp, size_t gs,
+               void* memo, void* out) {
   if (e4m3) {
-    if (zp) byte_run<N, O, true, true>(codes, cols, scale, zp, gs, out);
-    else byte_run<N, O, false, true>(codes, cols, scale, zp, gs, out);
+    if (zp) byte_run<N, O, true, true>(codes, cols, scale, zp, gs, memo, out);
+    else byte_run<N, O, false, true>(codes, cols, scale, zp, gs, memo, out);
   } else {
-    if (zp) byte_run<N, O, true, false>(codes, cols, scale, zp, gs, out);
-    else byte_run<N, O, false, false>(codes, cols, scale, zp, gs, out);
+    if (zp) byte_run<N, O, true, false>(codes, cols, scale, zp, gs, memo, out);
+    else byte_run<N, O, false, false>(codes, cols, scale, zp, gs, memo, out);
   }
 }
 
 template <Kind N>
 void byte_out(Kind o, const uint8_t* codes, size_t cols, bool e4m3, const float* scale, const float* zp, size_t gs,
-              void* out) {
+              void* memo, void* out) {
   switch (o) {
-    case kBF16: return byte_code<N, kBF16>(codes, cols, e4m3, scale, zp, gs, out);
-    case kF16: return byte_code<N, kF16>(codes, cols, e4m3, scale, zp, gs, out);
-    case kF32: return byte_code<N, kF32>(codes, cols, e4m3, scale, zp, gs, out);
+    case kBF16: return byte_code<N, kBF16>(codes, cols, e4m3, scale, zp, gs, memo, out);
+    case kF16: return byte_code<N, kF16>(codes, cols, e4m3, scale, zp, gs, memo, out);
+    case kF32: return byte_code<N, kF32>(codes, cols, e4m3, scale, zp, gs, memo, out);
   }
 }
 
@@ -515,12 +552,12 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
 
 namespace ctstream::codecs::avx512 {
 void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCode code, const float* scale,
-                  const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept {
+                  const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept {
   const Kind o = spec.out == DType::F32 ? kF32 : spec.out == DType::BF16 ? kBF16 : kF16;
   const size_t gs = static_cast<size_t>(spec.group_size);
   const bool e4m3 = code == ::ctstream::codecs::ByteCode::e4m3;
-  if (spec.natural == DType::BF16) byte_out<kBF16>(o, codes, cols, e4m3, scale, zp, gs, out);
-  else if (spec.natural == DType::F16) byte_out<kF16>(o, codes, cols, e4m3, scale, zp, gs, out);
-  else byte_out<kF32>(o, codes, cols, e4m3, scale, zp, gs, out);
+  if (spec.natural == DType::BF16) byte_out<kBF16>(o, codes, cols, e4m3, scale, zp, gs, memo, out);
+  else if (spec.natural == DType::F16) byte_out<kF16>(o, codes, cols, e4m3, scale, zp, gs, memo, out);
+  else byte_out<kF32>(o, codes, cols, e4m3, scale, zp, gs, memo, out);
 }
 }  // namespace ctstream::codecs::avx512

@@ -23,7 +23,7 @@
   void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale,          \
                       const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept;   \
   void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCode code, const float* scale, \
-                    const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept;
+                    const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept;
 
 namespace ctstream::codecs {
 struct DequantSpec;
