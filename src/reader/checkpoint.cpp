@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 
 #include "core/checked.hpp"
 #include "format/grouping.hpp"
@@ -15,12 +16,19 @@ namespace fs = std::filesystem;
 namespace ctstream {
 
 std::span<const std::byte> Checkpoint::Impl::bytes(const TensorPart& p, uint64_t off, uint64_t n,
-                                                   std::vector<std::byte>& scratch) const {
+                                                   ReadWindow& w) const {
   const io::File& f = file_of(p);
-  if (f.mode() == io::Mode::mmap) return f.view(p.offset + off, n);
-  scratch.resize(n);
-  f.read_at(p.offset + off, scratch);
-  return {scratch.data(), n};
+  const uint64_t at = p.offset + off;
+  if (f.mode() == io::Mode::mmap) return f.view(at, n);
+  if (w.serial == serial && w.file == p.file && at >= w.begin && at - w.begin + n <= w.buf.size())
+    return {w.buf.data() + (at - w.begin), n};
+  // Read ahead to the window size, within the part (callers keep off + n inside it).
+  const uint64_t len = std::max(n, std::min(ReadWindow::kReadWindow, p.nbytes - std::min(off, p.nbytes)));
+  w.serial = 0;  // empty until the read succeeds
+  w.buf.resize(len);
+  f.read_at(at, w.buf);
+  w.serial = serial, w.file = p.file, w.begin = at;
+  return {w.buf.data(), n};
 }
 
 unsigned Checkpoint::Impl::threads() const {
@@ -77,7 +85,9 @@ std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::
 }  // namespace
 
 Checkpoint Checkpoint::open(const fs::path& path, const OpenOptions& options) {
+  static std::atomic<uint64_t> serials{0};
   auto ck = std::make_unique<Impl>();
+  ck->serial = ++serials;
   ck->opt = options;
   format::Layout lay = format::discover_layout(path, options.max_json_bytes);
   ck->paths = lay.files;

@@ -89,7 +89,7 @@ class Scales {
     if (c0 % gs_ == 0) return c0 / gs_;
     return std::nullopt;
   }
-  const float* row(uint64_t r, std::vector<float>& f, std::vector<std::byte>& scratch) const {
+  const float* row(uint64_t r, std::vector<float>& f, ReadWindow& scratch) const {
     const uint64_t sr = r / row_div_;
     auto b = ck_.bytes(*scale_, sr * G_ * ssz_, G_ * ssz_, scratch);
     f.resize(G_);
@@ -173,7 +173,7 @@ class ScaledDecoder : public RowDecoder {
   bool nibbles(uint64_t r, uint64_t row_off, uint64_t c0, uint64_t c1, const float* lut, std::byte* out) const {
     const auto goff = scales_.window_offset(c0, cols_);
     if (c0 % 2 || !goff) return false;
-    thread_local std::vector<std::byte> sw, ss;
+    thread_local ReadWindow sw, ss;
     thread_local std::vector<float> sf;
     auto w = ck_.bytes(main_, row_off + c0 / 2, (c1 - c0 + 1) / 2, sw);
     const float* zp = scales_.zp_row(r);
@@ -188,7 +188,7 @@ class ScaledDecoder : public RowDecoder {
     const float* zp = scales_.zp_row(r);
     const auto code = fused_byte_code(code_dtype, zp, spec_);
     if (!code) return false;
-    thread_local std::vector<std::byte> ss;
+    thread_local ReadWindow ss;
     thread_local std::vector<float> sf;
     codecs::dequant_byte_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(codes), n, *code,
                                                       scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, spec_,
@@ -197,7 +197,7 @@ class ScaledDecoder : public RowDecoder {
   }
   // n f32 values of row r starting at a column whose scale entry is `goff`.
   void dequant(uint64_t r, const float* x, uint64_t n, uint64_t goff, const int32_t* gidx, std::byte* out) const {
-    thread_local std::vector<std::byte> ss;
+    thread_local ReadWindow ss;
     thread_local std::vector<float> sf;
     const float* zp = scales_.zp_row(r);
     codecs::dequant_f32_row(x, n, scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, gidx, spec_, out);
@@ -235,7 +235,7 @@ class PackedIntDecoder final : public ScaledDecoder {
   void row(uint64_t r, std::byte* out) const override {
     // int4: the nibble order of the int32 packing on a little-endian host is the fp4 one.
     if (fused() && nibbles(r, r * row_bytes_, 0, cols_, kInt4Lut.data(), out)) return;
-    thread_local std::vector<std::byte> sw;
+    thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
     auto w = ck_.bytes(main_, r * row_bytes_, row_bytes_, sw);
     xf.resize(cols_);
@@ -278,7 +278,7 @@ class NaiveDecoder final : public ScaledDecoder {
 
  private:
   void window(uint64_t r, uint64_t c0, uint64_t c1, uint64_t goff, std::byte* out) const {
-    thread_local std::vector<std::byte> sw;
+    thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
     auto v = ck_.bytes(main_, r * cols_ + c0, c1 - c0, sw);
     if (byte_codes(r, v.data(), main_.dtype, c1 - c0, goff, out)) return;
@@ -305,7 +305,7 @@ class Fp6Decoder final : public ScaledDecoder {
   Fp6Decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
       : ScaledDecoder(ck, t, out, rows, cols, "weight_packed") {}
   void row(uint64_t r, std::byte* out) const override {
-    thread_local std::vector<std::byte> sw;
+    thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
     const uint64_t rb = cols_ / 4 * 3;
     auto w = ck_.bytes(main_, r * rb, rb, sw);
@@ -331,7 +331,7 @@ class SparseDecoder final : public RowDecoder {
            "cannot convert " + std::string(dtype_name(values_.dtype)) + " values to " + std::string(dtype_name(out)));
     // Prefix sums of per-row popcounts: where each row's values start. They must add up to the
     // stored value count, agree with row_offsets when present, and be 2 per 4 for 2:4.
-    std::vector<std::byte> scratch;
+    ReadWindow scratch;
     auto m = ck.bytes(mask_, 0, mask_.nbytes, scratch);
     mask_copy_.assign(m.begin(), m.end());
     start_.resize(rows + 1);
@@ -366,7 +366,8 @@ class SparseDecoder final : public RowDecoder {
     if (!t.quantized && values_.dtype != out) convert_ = codecs::convert_kernel(values_.dtype, out, codecs::active_isa());
   }
   void row(uint64_t r, std::byte* out) const override {
-    thread_local std::vector<std::byte> sv, dense, ss;
+    thread_local ReadWindow sv, ss;
+    thread_local std::vector<std::byte> dense;
     thread_local std::vector<float> sf, xf;
     const uint64_t n = start_[r + 1] - start_[r];
     auto v = ck_.bytes(values_, start_[r] * vsz_, n * vsz_, sv);

@@ -17,7 +17,20 @@
 
 namespace ctstream {
 
+/// Caller-side buffer for Checkpoint::Impl::bytes in pread mode, one per call site and thread:
+/// it keeps the window it last read, so walking a part row by row costs one read per
+/// kReadWindow bytes instead of one system call per row. Keyed by the checkpoint's serial
+/// number, file and offset, so it never serves bytes of another checkpoint or place.
+struct ReadWindow {
+  static constexpr uint64_t kReadWindow = 256u << 10;
+  std::vector<std::byte> buf;
+  uint64_t serial = 0;  // Impl::serial of the data in buf; 0: empty
+  uint32_t file = 0;
+  uint64_t begin = 0;   // file offset of buf[0]
+};
+
 struct Checkpoint::Impl {
+  uint64_t serial = 0;  // unique per opened checkpoint in this process (never 0)
   OpenOptions opt;
   std::vector<std::filesystem::path> paths;
   std::vector<std::unique_ptr<io::File>> files;
@@ -29,9 +42,9 @@ struct Checkpoint::Impl {
   const io::File& file_of(const TensorPart& p) const { return *files.at(p.file); }
   /// Checks a part is still fully inside its (possibly mapped) file before touching it.
   void guard(const TensorPart& p) const { file_of(p).guard(p.offset + p.nbytes); }
-  /// Bytes [off, off+n) of a part: a view in mmap mode (after guard), else read into scratch.
-  std::span<const std::byte> bytes(const TensorPart& p, uint64_t off, uint64_t n,
-                                   std::vector<std::byte>& scratch) const;
+  /// Bytes [off, off+n) of a part: a view in mmap mode (after guard), else from the window
+  /// (read now if it does not hold them). The span lives until the window's next use.
+  std::span<const std::byte> bytes(const TensorPart& p, uint64_t off, uint64_t n, ReadWindow& window) const;
   unsigned threads() const;
 };
 
