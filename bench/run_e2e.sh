@@ -16,7 +16,7 @@ PY=.venv/bin/python
 [[ -x $PY ]] || { echo "missing $PY: run tools/setup_python.sh first" >&2; exit 1; }
 if [[ ${SKIP_BUILD:-0} != 1 || ! -x build/bin/ctstream ]]; then
   [[ -f build/CMakeCache.txt ]] || cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
-  cmake --build build -j2 --target ctstream
+  cmake --build build -j2 --target ctstream_cli
 fi
 for spec in runai_model_streamer=runai-model-streamer==0.17.0 fastsafetensors=fastsafetensors==0.5.0; do
   mod=${spec%%=*}

@@ -11,6 +11,6 @@ PY=.venv/bin/python
 [[ -x $PY ]] || { echo "missing $PY: run tools/setup_python.sh" >&2; exit 1; }
 if [[ ${SKIP_BUILD:-0} != 1 || ! -x build/bin/ctstream ]]; then
   [[ -f build/CMakeCache.txt ]] || cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
-  cmake --build build -j2 --target ctstream
+  cmake --build build -j2 --target ctstream_cli
 fi
 exec "$PY" bench/python_reference.py "$@"

@@ -81,7 +81,8 @@ class MappedFile final : public File {
 
   // Copies go through pread even here: the kernel copies from the page cache without mapping
   // the pages into this process (RSS stays flat) and a truncated file gives a short read, not
-  // SIGBUS. The mapping serves zero-copy views and the row-wise compressed decoders.
+  // SIGBUS. The mapping serves zero-copy views and the sparse decoders (quantized formats read
+  // through windows: reader/rows.hpp RowDecoder::windowed).
   void read_at(uint64_t offset, std::span<std::byte> out) const override { pread_all(fd_.get(), path_, offset, out); }
   std::span<const std::byte> view(uint64_t offset, uint64_t n) const override { return {base_ + offset, n}; }
   void guard(uint64_t end) const override {

@@ -16,10 +16,10 @@ namespace fs = std::filesystem;
 namespace ctstream {
 
 std::span<const std::byte> Checkpoint::Impl::bytes(const TensorPart& p, uint64_t off, uint64_t n,
-                                                   ReadWindow& w) const {
+                                                   ReadWindow& w, bool windowed) const {
   const io::File& f = file_of(p);
   const uint64_t at = p.offset + off;
-  if (f.mode() == io::Mode::mmap) return f.view(at, n);
+  if (f.mode() == io::Mode::mmap && !windowed) return f.view(at, n);
   if (w.serial == serial && w.file == p.file && at >= w.begin && at - w.begin + n <= w.buf.size())
     return {w.buf.data() + (at - w.begin), n};
   // Read ahead to the window size, within the part (callers keep off + n inside it).

@@ -91,7 +91,7 @@ class Scales {
   }
   const float* row(uint64_t r, std::vector<float>& f, ReadWindow& scratch) const {
     const uint64_t sr = r / row_div_;
-    auto b = ck_.bytes(*scale_, sr * G_ * ssz_, G_ * ssz_, scratch);
+    auto b = ck_.bytes(*scale_, sr * G_ * ssz_, G_ * ssz_, scratch, /*windowed=*/true);
     f.resize(G_);
     for (uint64_t g = 0; g < G_; ++g) {
       f[g] = to_f32(scale_->dtype, b.data() + g * ssz_, e8m0_);
@@ -168,6 +168,11 @@ class ScaledDecoder : public RowDecoder {
       : ck_(ck), main_(need_part(ck, t, main_role)), scales_(ck, t, rows, cols), cols_(cols),
         spec_(spec_for(t, out, scales_.group_size())), memo_(rows_repeat_scales(t)) {}
 
+  // Quantized formats read their parts through read windows in mmap mode too: copying the
+  // packed input into a per-thread window costs less than mapping its page-cache pages, which
+  // does not scale across threads (A/B in bench/RESULTS.md "IO modes").
+  bool windowed() const override { return true; }
+
   // Columns [c0, c1) of row r from 4-bit codes (byte m: column 2m low nibble) whose row starts
   // at byte `row_off` of the main part. False when c0 is not on a byte and group boundary.
   bool nibbles(uint64_t r, uint64_t row_off, uint64_t c0, uint64_t c1, const float* lut, std::byte* out) const {
@@ -175,7 +180,7 @@ class ScaledDecoder : public RowDecoder {
     if (c0 % 2 || !goff) return false;
     thread_local ReadWindow sw, ss;
     thread_local std::vector<float> sf;
-    auto w = ck_.bytes(main_, row_off + c0 / 2, (c1 - c0 + 1) / 2, sw);
+    auto w = ck_.bytes(main_, row_off + c0 / 2, (c1 - c0 + 1) / 2, sw, /*windowed=*/true);
     const float* zp = scales_.zp_row(r);
     codecs::dequant_nibble_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(w.data()), c1 - c0, lut,
                                                         scales_.row(r, sf, ss) + *goff, zp ? zp + *goff : nullptr,
@@ -237,7 +242,7 @@ class PackedIntDecoder final : public ScaledDecoder {
     if (fused() && nibbles(r, r * row_bytes_, 0, cols_, kInt4Lut.data(), out)) return;
     thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
-    auto w = ck_.bytes(main_, r * row_bytes_, row_bytes_, sw);
+    auto w = ck_.bytes(main_, r * row_bytes_, row_bytes_, sw, /*windowed=*/true);
     xf.resize(cols_);
     codecs::unpack_int_row(reinterpret_cast<const uint8_t*>(w.data()), bits_, dense_, cols_, xf.data());
     dequant(r, xf.data(), cols_, 0, gidx_.empty() ? nullptr : gidx_.data(), out);
@@ -280,7 +285,7 @@ class NaiveDecoder final : public ScaledDecoder {
   void window(uint64_t r, uint64_t c0, uint64_t c1, uint64_t goff, std::byte* out) const {
     thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
-    auto v = ck_.bytes(main_, r * cols_ + c0, c1 - c0, sw);
+    auto v = ck_.bytes(main_, r * cols_ + c0, c1 - c0, sw, /*windowed=*/true);
     if (byte_codes(r, v.data(), main_.dtype, c1 - c0, goff, out)) return;
     xf.resize(c1 - c0);
     values_to_f32(main_.dtype, v.data(), c1 - c0, xf.data());
@@ -308,7 +313,7 @@ class Fp6Decoder final : public ScaledDecoder {
     thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
     const uint64_t rb = cols_ / 4 * 3;
-    auto w = ck_.bytes(main_, r * rb, rb, sw);
+    auto w = ck_.bytes(main_, r * rb, rb, sw, /*windowed=*/true);
     xf.resize(cols_);
     for (uint64_t k = 0; k < cols_ / 4; ++k) {
       const auto* b = reinterpret_cast<const uint8_t*>(w.data()) + 3 * k;

@@ -44,7 +44,8 @@ struct Checkpoint::Impl {
   void guard(const TensorPart& p) const { file_of(p).guard(p.offset + p.nbytes); }
   /// Bytes [off, off+n) of a part: a view in mmap mode (after guard), else from the window
   /// (read now if it does not hold them). The span lives until the window's next use.
-  std::span<const std::byte> bytes(const TensorPart& p, uint64_t off, uint64_t n, ReadWindow& window) const;
+  std::span<const std::byte> bytes(const TensorPart& p, uint64_t off, uint64_t n, ReadWindow& window,
+                                   bool windowed = false) const;
   unsigned threads() const;
 };
 

@@ -19,6 +19,10 @@ class RowDecoder {
   /// column shards). Returns false when the layout does not allow it (then run_rows decodes the
   /// whole row and copies the window).
   virtual bool row_window(uint64_t /*r*/, uint64_t /*c0*/, uint64_t /*c1*/, std::byte* /*out*/) const { return false; }
+  /// True when the decoder reads its parts through read windows even in mmap mode (quantized
+  /// formats, whose input is at most half the output); run_rows then does not populate the
+  /// mapping. Sparse formats read mapped values (faster there: no extra copy of half the output).
+  virtual bool windowed() const { return false; }
 };
 
 uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,

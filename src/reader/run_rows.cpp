@@ -18,7 +18,7 @@ uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std
   if (need == 0) return 0;
   for (const auto& p : t.parts) {
     ck.guard(p);
-    ck.file_of(p).populate(p.offset, p.nbytes);  // one call instead of a fault per page
+    if (!dec.windowed()) ck.file_of(p).populate(p.offset, p.nbytes);  // one call instead of a fault per page
   }
   const unsigned threads = need >= 4 * kTaskBytes ? ck.threads() : 1;
 
