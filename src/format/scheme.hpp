@@ -5,16 +5,7 @@
 // `sparsity_config` block. Pure: JSON text in, scheme out.
 #pragma once
 #include <optional>
-// GCC 12's <regex> trips -Wmaybe-uninitialized inside its own headers when optimised (a false
-// positive, GCC PR 105562); silence it for that header only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <regex>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 #include <string>
 #include <vector>
 

@@ -170,7 +170,7 @@ class ScaledDecoder : public RowDecoder {
 
   // Quantized formats read their parts through read windows in mmap mode too: copying the
   // packed input into a per-thread window costs less than mapping its page-cache pages, which
-  // does not scale across threads (A/B in bench/RESULTS.md "IO modes").
+  // does not scale across threads (A/B in bench/RESULTS.md, "Reading compressed parts").
   bool windowed() const override { return true; }
 
   // Columns [c0, c1) of row r from 4-bit codes (byte m: column 2m low nibble) whose row starts

@@ -17,9 +17,9 @@
 
 namespace ctstream {
 
-/// Caller-side buffer for Checkpoint::Impl::bytes in pread mode, one per call site and thread:
-/// it keeps the window it last read, so walking a part row by row costs one read per
-/// kReadWindow bytes instead of one system call per row. Keyed by the checkpoint's serial
+/// Caller-side buffer for Checkpoint::Impl::bytes (pread mode, and quantized formats in mmap
+/// mode too: RowDecoder::windowed), one per call site and thread: it keeps the window it last
+/// read, so walking a part row by row costs one read per kReadWindow bytes, not one per row. Keyed by the checkpoint's serial
 /// number, file and offset, so it never serves bytes of another checkpoint or place.
 struct ReadWindow {
   static constexpr uint64_t kReadWindow = 256u << 10;
