@@ -78,6 +78,12 @@ class Checkpoint {
   uint64_t decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                        const std::optional<Slice>& slice = std::nullopt) const;
 
+  /// Runs every check decode_into() would run on `t`'s data (bitmask popcounts against the
+  /// stored values, row_offsets, act-order indices, a file truncated since open, ...) without
+  /// decoding or allocating its decoded size: check a tensor before sizing a buffer for it.
+  /// Throws the Error decode_into() would throw.
+  void validate(const TensorInfo& t) const;
+
   /// Zero-copy view of a dense tensor's stored bytes (mmap mode only; throws otherwise).
   /// Valid while the Checkpoint lives.
   std::span<const std::byte> stored_view(const TensorInfo& t) const;
@@ -105,6 +111,7 @@ class Checkpoint {
 
  private:
   explicit Checkpoint(std::unique_ptr<Impl> impl);
+  static Checkpoint open_impl(const std::filesystem::path& path, const OpenOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 

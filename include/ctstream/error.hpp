@@ -24,12 +24,15 @@ enum class ErrorKind {
   invalid_argument,  ///< a caller argument is out of range (slice bounds, dtype)
   invalid_config,    ///< config.json quantization/sparsity settings are malformed
   corrupt_tensor,    ///< a compressed tensor's parts contradict each other or the config
+  out_of_memory,     ///< an allocation failed (the request itself was valid)
+  internal,          ///< anything else: a bug in ctstream (please report it)
 };
 
 /// Stable lower-case name of a kind (e.g. "invalid_offsets").
 std::string_view error_kind_name(ErrorKind kind) noexcept;
 
-/// The single exception type of ctstream. what() reads
+/// The single exception type of ctstream: no other exception leaves the public C++ API (an
+/// allocation failure is Error{out_of_memory}; anything unexpected Error{internal}). what() reads
 /// "<file>: tensor '<tensor>': <message>" with the parts that are known.
 class Error : public std::runtime_error {
  public:

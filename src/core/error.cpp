@@ -20,6 +20,8 @@ std::string_view error_kind_name(ErrorKind kind) noexcept {
     case ErrorKind::invalid_argument: return "invalid_argument";
     case ErrorKind::invalid_config: return "invalid_config";
     case ErrorKind::corrupt_tensor: return "corrupt_tensor";
+    case ErrorKind::out_of_memory: return "out_of_memory";
+    case ErrorKind::internal: return "internal";
   }
   return "unknown";
 }

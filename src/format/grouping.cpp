@@ -9,28 +9,27 @@
 #include "core/checked.hpp"
 #include "core/packing.hpp"
 #include "ctstream/error.hpp"
+#include "format/format_table.hpp"
 #include "format/scheme.hpp"
 
 namespace ctstream::format {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suf) {
+bool ends_with(const std::string& s, std::string_view suf) {
   return s.size() > suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
-// Local names of the parts that make up one compressed weight. Sources:
-// compressed_tensors/compressors/pack_quantized/base.py (weight_packed, weight_shape,
-// weight_scale, weight_zero_point), nvfp4/base.py (weight_global_scale), 0.12
-// quantized_compressors (weight_g_idx), sparse_compressors (compressed, bitmask, shape,
-// row_offsets: the `.weight` suffix is dropped), marlin_24.py (scale_packed, meta).
-constexpr const char* kQuantLocals[] = {"weight_packed", "weight_shape", "weight_scale", "weight_zero_point",
-                                        "weight_g_idx", "weight_global_scale", "scale_packed", "meta"};
-constexpr const char* kSparseLocals[] = {"compressed", "bitmask", "shape", "row_offsets"};
+std::string shape_str(const Shape& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
 
+// The stored entries of one module, by role (`<module>.<role>`; sparse formats drop `.weight`).
 struct Module {
-  std::map<std::string, const RawTensor*> parts;  // local name -> entry
-  const RawTensor* get(const std::string& l) const {
-    auto it = parts.find(l);
+  std::map<Role, const RawTensor*> parts;
+  const RawTensor* get(Role r) const {
+    auto it = parts.find(r);
     return it == parts.end() ? nullptr : it->second;
   }
 };
@@ -48,20 +47,10 @@ class Grouper {
     throw Error(ErrorKind::corrupt_tensor, file_of_(r.file), logical, msg);
   }
   Shape read_shape(const RawTensor& r, const std::string& logical) const;
-  TensorPart part(const std::string& role, const RawTensor& r) const {
-    return TensorPart{role, r.key, r.dtype, r.shape, r.file, r.offset, r.nbytes};
-  }
-  void add_part(TensorInfo& t, const Module& m, const std::string& local, std::set<const RawTensor*>& used) const {
-    if (const RawTensor* r = m.get(local)) {
-      t.parts.push_back(part(local, *r));
-      used.insert(r);
-    }
-  }
-  QuantArgs args_for(const std::string& module, const TensorInfo& t, const RawTensor& main, Format* fmt) const;
-  void check_scales(TensorInfo& t, const Module& m, const RawTensor& main) const;
-  TensorInfo sparse_tensor(const std::string& p, const Module& m, std::set<const RawTensor*>& used) const;
-  TensorInfo packed_tensor(const std::string& p, const Module& m, std::set<const RawTensor*>& used) const;
-  TensorInfo naive_tensor(const std::string& p, const Module& m, std::set<const RawTensor*>& used) const;
+  std::optional<Format> classify(const std::string& p, const Module& m) const;
+  QuantArgs args_for(const std::string& module, const std::string& logical, const RawTensor& main, Format* fmt) const;
+  void infer_strategy(QuantArgs& q, const Shape& logical, const RawTensor& scale, const std::string& name) const;
+  TensorInfo build(const std::string& p, const Module& m, Format fmt, std::set<const RawTensor*>& used) const;
 
   const std::vector<RawTensor>& raw_;
   const Scheme& s_;
@@ -70,18 +59,23 @@ class Grouper {
   const std::function<std::string(uint32_t)>& file_of_;
 };
 
+// A stored shape vector (`weight_shape`, sparse `shape`): 1..8 non-negative integers, checked
+// before a byte of it is read.
 Shape Grouper::read_shape(const RawTensor& r, const std::string& logical) const {
-  const auto numel = detail::checked_numel(r.shape).value_or(0);
-  if ((r.dtype != DType::I64 && r.dtype != DType::I32) || numel < 1 || numel > 8)
-    fail(r, logical, "shape part '" + r.key + "' must be 1..8 integers (I64/I32), got " +
-                         std::string(dtype_name(r.dtype)) + " with " + std::to_string(numel) + " elements");
+  const uint64_t n = detail::checked_numel(r.shape).value_or(0);
+  const bool vec = r.shape.size() == 1 || (r.shape.size() == 2 && r.shape[1] == 1);
+  if ((r.dtype != DType::I64 && r.dtype != DType::I32) || !vec || n < 1 || n > 8)
+    fail(r, logical, "shape part '" + r.key + "' must be a vector of 1..8 integers (I64/I32), got " +
+                         std::string(dtype_name(r.dtype)) + " " + shape_str(r.shape));
   const auto bytes = read_(r);
-  Shape out;
   const size_t esz = r.dtype == DType::I64 ? 8 : 4;
-  for (size_t i = 0; i < numel; ++i) {
+  if (bytes.size() < n * esz) fail(r, logical, "shape part '" + r.key + "' is shorter than its header says");
+  Shape out;
+  for (size_t i = 0; i < n; ++i) {
     int64_t v = 0;
-    if (esz == 8) std::memcpy(&v, bytes.data() + 8 * i, 8);
-    else {
+    if (esz == 8) {
+      std::memcpy(&v, bytes.data() + 8 * i, 8);
+    } else {
       int32_t w;
       std::memcpy(&w, bytes.data() + 4 * i, 4);
       v = w;
@@ -89,18 +83,16 @@ Shape Grouper::read_shape(const RawTensor& r, const std::string& logical) const 
     if (v < 0) fail(r, logical, "shape part '" + r.key + "' holds a negative dimension " + std::to_string(v));
     out.push_back(static_cast<uint64_t>(v));
   }
-  if (!detail::checked_numel(out) || !detail::checked_mul(*detail::checked_numel(out), 64))
-    fail(r, logical, "shape part '" + r.key + "' describes a tensor whose size overflows");
   return out;
 }
 
-// Quantization args for `module`: its config group's, else inferred from the scale's shape as
-// compressed-tensors 0.12 does when args are absent (forward.py `_process_quantization`).
-QuantArgs Grouper::args_for(const std::string& module, const TensorInfo& t, const RawTensor& main,
+// Quantization args for `module`: its config group's, else (no config group) left for
+// infer_strategy, as compressed-tensors 0.12 infers them from the scale's shape.
+QuantArgs Grouper::args_for(const std::string& module, const std::string& logical, const RawTensor& main,
                             Format* fmt) const {
   const SchemeGroup* g = s_.present ? match_group(s_, module) : nullptr;
   if (s_.present && !s_.groups.empty() && (!g || !g->weights))
-    fail(main, t.name,
+    fail(main, logical,
          "stored quantized, but " + (cfg_file_.empty() ? std::string("config.json") : cfg_file_) +
              (g ? " gives its config group no weight quantization" : " has no config group targeting this module (or ignores it)"));
   if (g && g->format) *fmt = *g->format;
@@ -108,275 +100,216 @@ QuantArgs Grouper::args_for(const std::string& module, const TensorInfo& t, cons
            *s_.global_format != Format::sparse_24_bitmask)
     *fmt = *s_.global_format;
   if (g) return *g->weights;
-  QuantArgs a;  // no config group: check_scales infers the strategy from the scale's shape
+  QuantArgs a;
   a.num_bits = 8;
-  a.strategy = QuantStrategy::token;
+  a.strategy = QuantStrategy::token;  // marker: infer_strategy decides
   return a;
 }
 
-TensorInfo Grouper::sparse_tensor(const std::string& p, const Module& m, std::set<const RawTensor*>& used) const {
-  TensorInfo t;
-  t.name = p + ".weight";
-  const RawTensor& values = *m.get("compressed");
-  const RawTensor& mask = *m.get("bitmask");
-  const RawTensor* shape = m.get("shape");
-  if (!shape) fail(values, t.name, "sparse tensor has no '" + p + ".shape' part");
-  t.shape = read_shape(*shape, t.name);
-  if (t.shape.size() != 2) fail(*shape, t.name, "sparse weights must be 2-D, shape part says " + std::to_string(t.shape.size()) + "-D");
-  const uint64_t R = t.shape[0], C = t.shape[1];
-  // 2:4 writes `shape` as [2, 1] and values as [R, C/2]; bitmask writes [2] and [nnz].
-  const bool is24 = s_.sparse_format ? *s_.sparse_format == Format::sparse_24_bitmask
-                                     : (values.shape.size() == 2 || shape->shape.size() == 2);
-  t.format = is24 ? Format::sparse_24_bitmask : Format::sparse_bitmask;
-  if (mask.dtype != DType::U8 || mask.shape != Shape{R, (C + 7) / 8})
-    fail(mask, t.name, "bitmask must be U8 [" + std::to_string(R) + ", " + std::to_string((C + 7) / 8) + "]");
-  if (is24) {
-    if (C % 4 != 0) fail(values, t.name, "2:4 sparsity needs columns divisible by 4, shape has " + std::to_string(C));
-    if (values.shape != Shape{R, C / 2})
-      fail(values, t.name, "2:4 values must be [" + std::to_string(R) + ", " + std::to_string(C / 2) + "]");
-  } else {
-    if (values.shape.size() != 1 || values.shape[0] > R * C)
-      fail(values, t.name, "bitmask values must be 1-D with at most rows x cols elements");
-    if (const RawTensor* ro = m.get("row_offsets"); ro && (ro->dtype != DType::I64 || ro->shape != Shape{R}))
-      fail(*ro, t.name, "row_offsets must be I64 [" + std::to_string(R) + "]");
-  }
-  t.parts.push_back(part("compressed", values));
-  t.parts.push_back(part("bitmask", mask));
-  t.parts.push_back(part("shape", *shape));
-  used.insert(&values), used.insert(&mask), used.insert(shape);
-  if (!is24) add_part(t, m, "row_offsets", used);
-  t.dtype = values.dtype;
-  if (m.get("weight_scale")) {  // sparse on top of quantized values (0.12 stacking)
-    Format qfmt = Format::naive_quantized;
-    t.quant = args_for(p, t, values, &qfmt);
-    t.quantized = true;
-    if (values.dtype != DType::F8_E4M3 && values.dtype != DType::I8)
-      fail(values, t.name, "sparse values of a quantized weight must be I8 or F8_E4M3");
-    add_part(t, m, "weight_scale", used);
-    add_part(t, m, "weight_zero_point", used);
-    t.dtype = m.get("weight_scale")->dtype;
-    check_scales(t, m, values);
-  }
-  return t;
+// compressed-tensors 0.12 with args=None (forward.py `_process_quantization`): one scale ->
+// tensor; [R, 1] -> channel; [R, G] with G | C -> group C/G.
+void Grouper::infer_strategy(QuantArgs& q, const Shape& logical, const RawTensor& sc, const std::string& name) const {
+  if (q.strategy != QuantStrategy::token) return;
+  const uint64_t C = logical.empty() ? 1 : logical.back();
+  const uint64_t n = detail::checked_numel(sc.shape).value_or(0);
+  if (n == 1) q.strategy = QuantStrategy::tensor;
+  else if (sc.shape.size() >= 2 && sc.shape.back() == 1) q.strategy = QuantStrategy::channel;
+  else if (sc.shape.size() >= 2 && sc.shape.back() > 0 && C > 0 && C % sc.shape.back() == 0)
+    q.strategy = QuantStrategy::group, q.group_size = C / sc.shape.back();
+  else fail(sc, name, "no config group describes this weight and its scale shape " + shape_str(sc.shape) + " does not tell the strategy");
 }
 
-// Scale / zero-point shapes for strategy (compressed_tensors/quantization/lifecycle/initialize.py
-// `initialize_qparams`): tensor [1], channel [R,1], group [R, C/gs], block [ceil(R/bh), ceil(C/bw)].
-void Grouper::check_scales(TensorInfo& t, const Module& m, const RawTensor& main) const {
-  const RawTensor* sc = m.get("weight_scale");
-  if (!sc) fail(main, t.name, "quantized weight has no weight_scale part");
-  const uint64_t C = t.shape.back();
-  uint64_t rows = 1;
-  for (size_t i = 0; i + 1 < t.shape.size(); ++i) rows *= t.shape[i];
-  QuantArgs& q = t.quant;
-  if (q.strategy == QuantStrategy::token) {
-    // compressed-tensors 0.12 with args=None (forward.py `_process_quantization`): ndim <= 1 or
-    // one element -> tensor; [R, 1] -> channel; [R, G] with G | C -> group C/G.
-    const uint64_t n = detail::checked_numel(sc->shape).value_or(0);
-    if (n == 1) q.strategy = QuantStrategy::tensor;
-    else if (sc->shape.size() >= 2 && sc->shape.back() == 1) q.strategy = QuantStrategy::channel;
-    else if (sc->shape.size() >= 2 && sc->shape.back() > 0 && C % sc->shape.back() == 0)
-      q.strategy = QuantStrategy::group, q.group_size = C / sc->shape.back();
-    else fail(*sc, t.name, "no config group describes this weight and its scale shape does not tell the strategy");
+// Which format a module's parts are stored in (before the config has its say), or nullopt for
+// a module of plain tensors.
+std::optional<Format> Grouper::classify(const std::string& p, const Module& m) const {
+  const RawTensor* values = m.get(Role::compressed);
+  const RawTensor* mask = m.get(Role::bitmask);
+  // Parts that only make sense together: an incomplete set is a damaged checkpoint, not a
+  // bunch of dense tensors to pass through.
+  if ((values || mask || m.get(Role::row_offsets)) && !(values && mask)) {
+    const RawTensor& r = *(values ? values : mask ? mask : m.get(Role::row_offsets));
+    fail(r, p + ".weight", std::string("incomplete sparse tensor: '") + p + (values ? ".bitmask" : ".compressed") + "' is missing");
   }
-  uint64_t sr = 0, sc_cols = 0;
-  switch (q.strategy) {
-    case QuantStrategy::tensor: sr = 1, sc_cols = 1; break;
-    case QuantStrategy::channel: sr = rows, sc_cols = 1; break;
-    case QuantStrategy::group:
-    case QuantStrategy::tensor_group:
-      if (C % q.group_size != 0)
-        fail(*sc, t.name, "group_size " + std::to_string(q.group_size) + " does not divide " + std::to_string(C) + " columns");
-      sr = rows, sc_cols = C / q.group_size;
-      break;
-    case QuantStrategy::block:
-      if (t.shape.size() != 2) fail(*sc, t.name, "block strategy needs a 2-D weight");
-      sr = (rows + q.block_rows - 1) / q.block_rows, sc_cols = (C + q.block_cols - 1) / q.block_cols;
-      break;
-    default: fail(*sc, t.name, "weight strategy '" + std::string(strategy_name(q.strategy)) + "' is not a weight layout");
+  const RawTensor* packed = m.get(Role::weight_packed);
+  if (const RawTensor* ws = m.get(Role::weight_shape); ws && !packed)
+    fail(*ws, p + ".weight", "weight_shape without weight_packed: the packed weight is missing");
+  if (values && mask) {
+    const RawTensor* shape = m.get(Role::shape);
+    // 2:4 writes `shape` as [2, 1] and values as [R, C/2]; bitmask writes [2] and [nnz].
+    if (s_.sparse_format && (*s_.sparse_format == Format::sparse_bitmask || *s_.sparse_format == Format::sparse_24_bitmask))
+      return *s_.sparse_format;
+    return values->shape.size() == 2 || (shape && shape->shape.size() == 2) ? Format::sparse_24_bitmask
+                                                                              : Format::sparse_bitmask;
   }
-  auto numel = detail::checked_numel(sc->shape).value_or(0);
-  if (numel != sr * sc_cols || (sc->shape.size() >= 2 && sc->shape.back() != sc_cols))
-    fail(*sc, t.name, "weight_scale shape " + [&] {
-      std::string s = "[";
-      for (size_t i = 0; i < sc->shape.size(); ++i) s += (i ? ", " : "") + std::to_string(sc->shape[i]);
-      return s + "]";
-    }() + " does not match " + std::string(strategy_name(q.strategy)) + " layout [" + std::to_string(sr) + ", " +
-                                  std::to_string(sc_cols) + "]");
-  if (const RawTensor* zp = m.get("weight_zero_point"); zp && zp->dtype != DType::I32) {
-    if (detail::checked_numel(zp->shape).value_or(0) != sr * sc_cols)
-      fail(*zp, t.name, "weight_zero_point must have one entry per scale (" + std::to_string(sr * sc_cols) + ")");
+  if (packed) {
+    if (m.get(Role::scale_packed) && m.get(Role::meta)) return Format::marlin_24;
+    if (packed->dtype == DType::I32) return Format::pack_quantized;
+    if (m.get(Role::weight_global_scale)) return Format::nvfp4_pack_quantized;
+    const RawTensor* sc = m.get(Role::weight_scale);
+    if (sc && sc->shape.size() == 2 && packed->shape.size() == 2 && packed->shape[1] % 3 == 0 &&
+        sc->shape[1] * 32 != packed->shape[1] * 2 && sc->shape[1] * 32 == packed->shape[1] / 3 * 4)
+      return Format::mxfp6_pack_quantized;  // 4 codes per 3 bytes
+    return Format::mxfp4_pack_quantized;
   }
+  const RawTensor* w = m.get(Role::weight);
+  const RawTensor* sc = m.get(Role::weight_scale);
+  if (w && sc && (w->dtype == DType::I8 || w->dtype == DType::F8_E4M3)) {
+    if (sc->dtype == DType::U8 || sc->dtype == DType::F8_E8M0) return Format::mxfp8_quantized;
+    return w->dtype == DType::F8_E4M3 ? Format::float_quantized : Format::naive_quantized;
+  }
+  return std::nullopt;
 }
 
-TensorInfo Grouper::packed_tensor(const std::string& p, const Module& m, std::set<const RawTensor*>& used) const {
+TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std::set<const RawTensor*>& used) const {
   TensorInfo t;
   t.name = p + ".weight";
-  const RawTensor& packed = *m.get("weight_packed");
-  t.parts.push_back(part("weight_packed", packed));
-  used.insert(&packed);
-  for (const char* l : {"weight_scale", "weight_zero_point", "weight_global_scale", "weight_g_idx", "weight_shape",
-                        "scale_packed", "meta"})
-    add_part(t, m, l, used);
-  t.quantized = true;
-  const RawTensor* sc = m.get("weight_scale");
-  // Which packed format: the config's, else what the parts say.
-  Format fmt = packed.dtype == DType::I32 ? Format::pack_quantized
-               : m.get("weight_global_scale")                       ? Format::nvfp4_pack_quantized
-                                                                    : Format::mxfp4_pack_quantized;
-  if (fmt == Format::mxfp4_pack_quantized && sc && sc->shape.size() == 2 && packed.shape.size() == 2 &&
-      sc->shape[1] * 32 != packed.shape[1] * 2 && packed.shape[1] % 3 == 0 && sc->shape[1] * 32 == packed.shape[1] / 3 * 4)
-    fmt = Format::mxfp6_pack_quantized;  // 4 codes per 3 bytes
-  if (m.get("scale_packed") && m.get("meta")) fmt = Format::marlin_24;
-  t.quant = args_for(p, t, packed, &fmt);
+  const bool sparse = fmt == Format::sparse_bitmask || fmt == Format::sparse_24_bitmask;
+  const RawTensor& main = *(sparse ? m.get(Role::compressed) : m.get(Role::weight_packed) ? m.get(Role::weight_packed) : m.get(Role::weight));
+  const RawTensor* scale = m.get(Role::weight_scale);
+
+  // 1. Quantization arguments (and the final format: the config's group format wins).
+  t.quantized = !sparse || scale != nullptr;
+  if (t.quantized) {
+    Format cfg_fmt = sparse ? Format::naive_quantized : fmt;
+    t.quant = args_for(p, t.name, main, &cfg_fmt);
+    if (!sparse) fmt = cfg_fmt;
+  }
   t.format = fmt;
-  if (fmt == Format::marlin_24) {  // recognised, passed through packed (no decoder exists anywhere)
-    const RawTensor* ws = m.get("weight_shape");
-    t.shape = ws ? read_shape(*ws, t.name) : packed.shape;
-    t.dtype = m.get("scale_packed")->dtype;
-    return t;
-  }
-  if (packed.shape.size() < 2) fail(packed, t.name, "weight_packed must be at least 2-D");
-  const uint64_t R = packed.shape[0], W = packed.shape.back();
-  if (fmt == Format::pack_quantized) {
-    if (packed.dtype != DType::I32) fail(packed, t.name, "pack-quantized weight_packed must be I32");
-    const RawTensor* ws = m.get("weight_shape");
-    if (!ws) fail(packed, t.name, "pack-quantized weight has no weight_shape part");
-    t.shape = read_shape(*ws, t.name);
-    if (t.quant.type != QuantType::int_ || t.quant.num_bits < 1 || t.quant.num_bits > 8)
-      fail(packed, t.name, "pack-quantized needs int weights of 1..8 bits");
-    const unsigned b = t.quant.num_bits;
-    const uint64_t C = t.shape.back();
-    const uint64_t dense_w = detail::packed_words(C, b, true), old_w = detail::packed_words(C, b, false);
-    bool legacy = false;
-    if (dense_w != old_w || (b != 1 && b != 2 && b != 4 && b != 8)) {
-      if (s_.dense_packing) legacy = !*s_.dense_packing;
-      else legacy = W == old_w && W != dense_w ? true : W == dense_w && W != old_w ? false : true;
-    }
-    t.quant.legacy_packing = legacy && !(b == 1 || b == 2 || b == 4 || b == 8);
-    const uint64_t want_w = legacy ? old_w : dense_w;
-    Shape want = t.shape;
-    want.back() = want_w;
-    if (packed.shape != want)
-      fail(packed, t.name, "weight_packed shape does not hold " + std::to_string(C) + " columns of " +
-                               std::to_string(b) + "-bit codes (" + (legacy ? "<= 0.17" : "0.18+") +
-                               " layout needs " + std::to_string(want_w) + " words per row)");
-    t.quant.actorder = m.get("weight_g_idx") != nullptr;
-    if (const RawTensor* gi = m.get("weight_g_idx"); gi && (gi->dtype != DType::I32 || gi->shape != Shape{C}))
-      fail(*gi, t.name, "weight_g_idx must be I32 [" + std::to_string(C) + "]");
-  } else {
-    if (packed.dtype != DType::U8) fail(packed, t.name, std::string(format_name(fmt)) + " weight_packed must be U8");
-    if (packed.shape.size() != 2) fail(packed, t.name, "weight_packed must be 2-D");
-    if (fmt == Format::mxfp6_pack_quantized) {
-      if (W % 3) fail(packed, t.name, "mxfp6 packs 4 codes in 3 bytes: width must be a multiple of 3");
-      t.shape = {R, W / 3 * 4};
-    } else if (fmt == Format::nvfp4_pack_quantized || fmt == Format::mxfp4_pack_quantized) {
-      t.shape = {R, W * 2};
-    } else {
-      fail(packed, t.name, "format " + std::string(format_name(fmt)) + " does not store weight_packed");
-    }
-    // Fixed layouts whatever the config says (nvfp4: group 16, mx: group 32).
-    t.quant.num_bits = fmt == Format::mxfp6_pack_quantized ? 6 : 4;
-    t.quant.type = QuantType::float_;
-    t.quant.strategy = QuantStrategy::group;
-    t.quant.group_size = fmt == Format::nvfp4_pack_quantized ? 16 : 32;
-    t.quant.symmetric = true;
-    if (fmt == Format::nvfp4_pack_quantized) {
-      t.quant.strategy = QuantStrategy::tensor_group;
-      const RawTensor* gs = m.get("weight_global_scale");
-      if (!gs || gs->dtype != DType::F32 || detail::checked_numel(gs->shape).value_or(0) != 1)
-        fail(packed, t.name, "nvfp4 needs weight_global_scale F32 [1]");
-      if (!sc || sc->dtype != DType::F8_E4M3) fail(packed, t.name, "nvfp4 weight_scale must be F8_E4M3");
-    } else if (!sc || sc->dtype != DType::U8) {
-      fail(packed, t.name, "mx weight_scale must be U8 (E8M0)");
-    }
-  }
-  // Reference output dtype: the scale's (pack-quantized); always bf16 for nvfp4 and mx formats
-  // (nvfp4/base.py and mx_utils.py decompress to bfloat16).
-  t.dtype = fmt == Format::pack_quantized ? sc ? sc->dtype : DType::BF16 : DType::BF16;
-  if (fmt == Format::pack_quantized && sc && !is_float_output(sc->dtype))
-    fail(*sc, t.name, "pack-quantized weight_scale must be BF16, F16 or F32");
-  check_scales(t, m, packed);
-  if (const RawTensor* zp = m.get("weight_zero_point"); zp && zp->dtype == DType::I32 && fmt == Format::pack_quantized) {
-    // Packed along rows: [words over R rows, scale columns] (pack_to_int32(packed_dim=0)).
-    const uint64_t rows = t.shape.size() == 2 ? t.shape[0] : 0;
-    const uint64_t G = sc->shape.back();
-    const uint64_t zw = detail::packed_words(rows, t.quant.num_bits, !t.quant.legacy_packing);
-    if (zp->shape != Shape{zw, G})
-      fail(*zp, t.name, "packed weight_zero_point must be I32 [" + std::to_string(zw) + ", " + std::to_string(G) + "]");
-  }
-  return t;
-}
 
-TensorInfo Grouper::naive_tensor(const std::string& p, const Module& m, std::set<const RawTensor*>& used) const {
-  TensorInfo t;
-  t.name = p + ".weight";
-  const RawTensor& w = *m.get("weight");
-  t.shape = w.shape;
-  t.parts.push_back(part("weight", w));
-  used.insert(&w);
-  add_part(t, m, "weight_scale", used);
-  add_part(t, m, "weight_zero_point", used);
-  add_part(t, m, "weight_global_scale", used);
-  t.quantized = true;
-  const RawTensor* sc = m.get("weight_scale");
-  Format fmt = sc->dtype == DType::U8 ? Format::mxfp8_quantized
-               : w.dtype == DType::F8_E4M3 ? Format::float_quantized
-                                           : Format::naive_quantized;
-  t.quant = args_for(p, t, w, &fmt);
-  t.format = fmt;
-  if (t.shape.empty()) fail(w, t.name, "a quantized weight cannot be a scalar");
-  if (fmt == Format::mxfp8_quantized) {
-    t.quant.strategy = QuantStrategy::group;
-    t.quant.group_size = 32;
-    t.dtype = DType::BF16;  // mx formats decompress to bfloat16
-  } else {
-    if (!is_float_output(sc->dtype)) fail(*sc, t.name, "weight_scale must be BF16, F16 or F32");
-    t.dtype = sc->dtype;
+  // 2. The logical shape, from the parts that define it.
+  auto packed_shape = [&](uint64_t num, uint64_t den) {
+    if (main.shape.size() != 2) fail(main, t.name, std::string(format_name(fmt)) + " weight_packed must be 2-D, shape is " + shape_str(main.shape));
+    if (main.shape[1] % den != 0)
+      fail(main, t.name, std::string(format_name(fmt)) + " weight_packed width " + std::to_string(main.shape[1]) +
+                             " is not a multiple of " + std::to_string(den));
+    return Shape{main.shape[0], main.shape[1] / den * num};
+  };
+  switch (fmt) {
+    case Format::sparse_bitmask:
+    case Format::sparse_24_bitmask: {
+      const RawTensor* sh = m.get(Role::shape);
+      if (!sh) fail(main, t.name, "sparse tensor has no '" + p + ".shape' part");
+      t.shape = read_shape(*sh, t.name);
+      break;
+    }
+    case Format::pack_quantized: {
+      const RawTensor* ws = m.get(Role::weight_shape);
+      if (!ws) fail(main, t.name, "pack-quantized weight has no weight_shape part");
+      t.shape = read_shape(*ws, t.name);
+      break;
+    }
+    case Format::marlin_24: {
+      // [cols/32, rows*bits/2] tiles (marlin_24.py `pack_weight_24`); weight_shape, when
+      // present, must agree.
+      const unsigned b = t.quant.num_bits;
+      if (main.shape.size() != 2 || (b != 4 && b != 8) || (main.shape[1] * 2) % b != 0)
+        fail(main, t.name, "marlin-24 weight_packed " + shape_str(main.shape) + " does not hold " + std::to_string(b) +
+                               "-bit Marlin tiles");
+      t.shape = Shape{main.shape[1] * 2 / b, main.shape[0] * 32};
+      if (const RawTensor* ws = m.get(Role::weight_shape)) {
+        const Shape stated = read_shape(*ws, t.name);
+        if (stated != t.shape)
+          fail(*ws, t.name, "weight_shape " + shape_str(stated) + " disagrees with the " + shape_str(t.shape) +
+                                " that weight_packed " + shape_str(main.shape) + " holds");
+      }
+      break;
+    }
+    case Format::nvfp4_pack_quantized:
+    case Format::mxfp4_pack_quantized: t.shape = packed_shape(2, 1); break;
+    case Format::mxfp6_pack_quantized: t.shape = packed_shape(4, 3); break;
+    case Format::naive_quantized:
+    case Format::int_quantized:
+    case Format::float_quantized:
+    case Format::mxfp8_quantized: t.shape = main.shape; break;
+    case Format::dense: fail(main, t.name, "config says dense, but the module stores compressed parts");
   }
-  if (w.dtype == DType::F8_E4M3) t.quant.type = QuantType::float_;
-  check_scales(t, m, w);
+
+  // 3. Strategy inference for configs without args, and the pack-quantized bit layout.
+  if (t.quantized) {
+    if (t.quant.strategy == QuantStrategy::token) {  // no config group: the scale's shape decides
+      if (!scale) fail(main, t.name, "quantized weight has no weight_scale part and no config group describes it");
+      infer_strategy(t.quant, t.shape, *scale, t.name);
+    }
+    if (fmt == Format::pack_quantized && t.quant.type == QuantType::int_ && t.quant.num_bits >= 1 && t.quant.num_bits <= 8 &&
+        !t.shape.empty()) {
+      const unsigned b = t.quant.num_bits;
+      const uint64_t C = t.shape.back();
+      const uint64_t W = main.shape.empty() ? 0 : main.shape.back();
+      // Widths other than 1/2/4/8 changed layout in compressed-tensors 0.18 (pack_to_int32
+      // "packs across int32 boundaries"): the config's version decides, else the stored width.
+      bool legacy = false;
+      if (b != 1 && b != 2 && b != 4 && b != 8) {
+        const uint64_t dense_w = detail::packed_words(C, b, true), old_w = detail::packed_words(C, b, false);
+        if (s_.dense_packing) legacy = !*s_.dense_packing;
+        else legacy = !(W == dense_w && W != old_w);
+      }
+      t.quant.legacy_packing = legacy;
+    }
+  }
+
+  // 4. The geometry, and every part against the format's table.
+  Why why;
+  const auto g = geometry(fmt, t.shape, t.quantized ? &t.quant : nullptr, why);
+  if (!g) fail(main, t.name, why);
+  t.quant = g->quant;
+  std::set<Role> seen;
+  for (const PartRule& rule : part_rules(fmt)) {
+    const RawTensor* r = m.get(rule.role);
+    if (!r) {
+      if (rule.required) fail(main, t.name, std::string(format_name(fmt)) + " tensor has no '" + std::string(role_name(rule.role)) + "' part");
+      continue;
+    }
+    if (Why w = check_part(rule, r->dtype, r->shape, *g); !w.empty()) {
+      if (rule.role == Role::weight_packed && fmt == Format::pack_quantized)
+        w += " (" + std::to_string(t.shape.back()) + " columns of " + std::to_string(t.quant.num_bits) + "-bit codes, " +
+             (t.quant.legacy_packing ? "<= 0.17" : "0.18+") + " layout)";
+      fail(*r, t.name, w);
+    }
+    t.parts.push_back(TensorPart{std::string(role_name(rule.role)), r->key, r->dtype, r->shape, r->file, r->offset, r->nbytes});
+    used.insert(r);
+  }
+  // parts[0] is the main payload.
+  std::stable_partition(t.parts.begin(), t.parts.end(), [&](const TensorPart& q) { return q.key == main.key; });
+
+  // 5. Rules across parts, and the dtype the reference decompression returns.
+  if (sparse && t.quantized && main.dtype != DType::I8 && main.dtype != DType::F8_E4M3)
+    fail(main, t.name, "sparse values of a quantized weight must be I8 or F8_E4M3, not " + std::string(dtype_name(main.dtype)));
+  if (fmt == Format::pack_quantized) t.quant.actorder = m.get(Role::weight_g_idx) != nullptr;
+  switch (fmt) {
+    case Format::sparse_bitmask:
+    case Format::sparse_24_bitmask: t.dtype = t.quantized ? scale->dtype : main.dtype; break;
+    case Format::pack_quantized:
+    case Format::naive_quantized:
+    case Format::int_quantized:
+    case Format::float_quantized: t.dtype = scale->dtype; break;
+    // nvfp4/base.py and mx_utils.py decompress to bfloat16; marlin-24 scales are fp16.
+    case Format::marlin_24: t.dtype = DType::F16; break;
+    default: t.dtype = DType::BF16; break;
+  }
+  if (t.quantized && t.quant.type == QuantType::int_ && main.dtype == DType::F8_E4M3) t.quant.type = QuantType::float_;
   return t;
 }
 
 std::vector<TensorInfo> Grouper::run() {
-  // Module -> parts, by local-name suffix.
   std::map<std::string, Module> mods;
   for (const auto& r : raw_) {
-    for (const char* l : kQuantLocals)
-      if (ends_with(r.key, std::string(".") + l)) mods[r.key.substr(0, r.key.size() - std::strlen(l) - 1)].parts[l] = &r;
-    for (const char* l : kSparseLocals)
-      if (ends_with(r.key, std::string(".") + l)) mods[r.key.substr(0, r.key.size() - std::strlen(l) - 1)].parts[l] = &r;
-    if (ends_with(r.key, ".weight")) mods[r.key.substr(0, r.key.size() - 7)].parts["weight"] = &r;
+    for (Role role : kAllRoles) {
+      const std::string_view suffix = role_name(role);
+      if (r.key.size() > suffix.size() + 1 && ends_with(r.key, suffix) && r.key[r.key.size() - suffix.size() - 1] == '.')
+        mods[r.key.substr(0, r.key.size() - suffix.size() - 1)].parts[role] = &r;
+    }
   }
   std::set<const RawTensor*> used;
   std::vector<TensorInfo> out;
-  for (const auto& [p, m] : mods) {
-    // Parts that only make sense together: an incomplete set is a damaged checkpoint, not a
-    // bunch of dense tensors to pass through.
-    const bool sparse_any = m.get("compressed") || m.get("bitmask") || m.get("row_offsets");
-    if (sparse_any && !(m.get("compressed") && m.get("bitmask"))) {
-      const RawTensor& r = *(m.get("compressed") ? m.get("compressed") : m.get("bitmask") ? m.get("bitmask") : m.get("row_offsets"));
-      fail(r, p + ".weight", std::string("incomplete sparse tensor: '") + p + (m.get("compressed") ? ".bitmask" : ".compressed") + "' is missing");
-    }
-    if (const RawTensor* ws = m.get("weight_shape"); ws && !m.get("weight_packed"))
-      fail(*ws, p + ".weight", "weight_shape without weight_packed: the packed weight is missing");
-    if (m.get("compressed") && m.get("bitmask")) {
-      out.push_back(sparse_tensor(p, m, used));
-    } else if (m.get("weight_packed")) {
-      out.push_back(packed_tensor(p, m, used));
-    } else if (const RawTensor* w = m.get("weight"); w && m.get("weight_scale") &&
-                                                     (w->dtype == DType::I8 || w->dtype == DType::F8_E4M3)) {
-      out.push_back(naive_tensor(p, m, used));
-    }
-  }
+  for (const auto& [p, m] : mods)
+    if (const auto fmt = classify(p, m)) out.push_back(build(p, m, *fmt, used));
   for (const auto& r : raw_) {
     if (used.count(&r)) continue;
     TensorInfo t;
     t.name = r.key;
     t.shape = r.shape;
     t.dtype = r.dtype;
-    t.parts.push_back(part("weight", r));
+    t.parts.push_back(TensorPart{"weight", r.key, r.dtype, r.shape, r.file, r.offset, r.nbytes});
     out.push_back(std::move(t));
   }
   std::unordered_map<std::string, size_t> seen;

@@ -2,45 +2,40 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "ctstream/error.hpp"
+#include "format/json.hpp"
 
 namespace ctstream::format {
 namespace {
 
 using json = nlohmann::json;
 
+// Largest group / block size accepted: far above any real one, and small enough that no size
+// derived from it can overflow.
+constexpr uint64_t kMaxQuantDim = uint64_t{1} << 32;
+
 [[noreturn]] void bad(const std::string& file, const std::string& msg) {
   throw Error(ErrorKind::invalid_config, file, "", msg);
 }
 
-std::vector<Target> parse_targets(const json& j, const std::string& file, const char* what) {
-  std::vector<Target> out;
+std::vector<std::string> string_list(const json& j, const std::string& file, const std::string& what) {
+  std::vector<std::string> out;
   if (j.is_null()) return out;
-  if (j.is_string()) return parse_targets(json::array({j}), file, what);
-  if (!j.is_array()) bad(file, std::string(what) + " must be a list of names");
+  if (j.is_string()) return {j.get<std::string>()};
+  if (!j.is_array()) bad(file, what + " must be a list of names");
   for (const auto& t : j) {
-    if (!t.is_string()) bad(file, std::string(what) + " entries must be strings, got " + t.dump());
-    std::string s = t.get<std::string>();
-    Target tg;
-    if (s.rfind("re:", 0) == 0) {
-      tg.kind = Target::Kind::regex;
-      tg.text = s.substr(3);
-      try {
-        tg.re = std::regex(tg.text, std::regex::ECMAScript | std::regex::optimize);
-      } catch (const std::regex_error& e) {
-        bad(file, std::string(what) + " pattern '" + tg.text + "' is not a valid regular expression: " + e.what());
-      }
-    } else if (!s.empty() && std::isupper(static_cast<unsigned char>(s[0])) && s.find('.') == std::string::npos) {
-      tg.kind = Target::Kind::class_name;  // "Linear", "Embedding", "LlamaDecoderLayer", ...
-      tg.text = s;
-    } else {
-      tg.text = s;
-    }
-    out.push_back(std::move(tg));
+    if (!t.is_string()) bad(file, what + " entries must be strings, got " + t.dump());
+    out.push_back(t.get<std::string>());
   }
   return out;
+}
+
+TargetList parse_targets(const json& j, const std::string& file, const std::string& what) {
+  return TargetList::parse(string_list(j, file, what), ErrorKind::invalid_config, file, what);
 }
 
 uint64_t get_uint(const json& j, const char* key, const std::string& file, uint64_t def) {
@@ -51,13 +46,26 @@ uint64_t get_uint(const json& j, const char* key, const std::string& file, uint6
   return it->get<uint64_t>();
 }
 
+// A block dimension written as digits inside the older "NxM" string: a positive integer up to
+// kMaxQuantDim, no sign, no spaces (std::stoull would have wrapped "-1" to 2^64 - 1).
+uint64_t block_dim(std::string_view digits, const std::string& file, const std::string& whole) {
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || v == 0 || v > kMaxQuantDim)
+    bad(file, "block_structure '" + whole + "' must be two positive integers up to " + std::to_string(kMaxQuantDim));
+  return v;
+}
+
 // compressed_tensors/quantization/quant_args.py `QuantizationArgs` (+ `validate_model_after`).
 QuantArgs parse_args(const json& j, const std::string& file) {
   if (!j.is_object()) bad(file, "weights quantization args must be an object");
   QuantArgs a;
-  a.num_bits = static_cast<unsigned>(get_uint(j, "num_bits", file, 8));
-  if (a.num_bits > 32) bad(file, "num_bits " + std::to_string(a.num_bits) + " out of range");
-  const std::string type = j.value("type", std::string("int"));
+  const uint64_t bits = get_uint(j, "num_bits", file, 8);
+  if (bits > 32) bad(file, "num_bits " + std::to_string(bits) + " out of range");
+  a.num_bits = static_cast<unsigned>(bits);
+  const json type_j = j.value("type", json("int"));
+  if (!type_j.is_string()) bad(file, "quantization type must be \"int\" or \"float\", got " + type_j.dump());
+  const std::string type = type_j.get<std::string>();
   if (type == "int") a.type = QuantType::int_;
   else if (type == "float") a.type = QuantType::float_;
   else bad(file, "quantization type '" + type + "' is neither int nor float");
@@ -67,28 +75,31 @@ QuantArgs parse_args(const json& j, const std::string& file) {
   }
   int64_t gs = 0;
   if (auto it = j.find("group_size"); it != j.end() && !it->is_null()) {
-    if (!it->is_number_integer()) bad(file, "group_size must be an integer");
+    if (!it->is_number_integer()) bad(file, "group_size must be an integer, got " + it->dump());
+    const bool ok = it->is_number_unsigned() ? it->get<uint64_t>() <= kMaxQuantDim : it->get<int64_t>() >= -1;
+    if (!ok) bad(file, "group_size " + it->dump() + " out of range (-1 for channel, or 0.." + std::to_string(kMaxQuantDim) + ")");
     gs = it->get<int64_t>();
   }
   if (auto it = j.find("block_structure"); it != j.end() && !it->is_null()) {
-    if (it->is_array() && it->size() == 2 && (*it)[0].is_number_unsigned() && (*it)[1].is_number_unsigned()) {
+    if (it->is_array() && it->size() == 2) {
+      for (const json& v : *it)
+        if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 || v.get<uint64_t>() > kMaxQuantDim)
+          bad(file, "block_structure " + it->dump() + " must be two positive integers up to " + std::to_string(kMaxQuantDim));
       a.block_rows = (*it)[0].get<uint64_t>();
       a.block_cols = (*it)[1].get<uint64_t>();
     } else if (it->is_string()) {  // older "NxM" spelling
       const std::string s = it->get<std::string>();
-      auto x = s.find('x');
-      try {
-        a.block_rows = std::stoull(s.substr(0, x));
-        a.block_cols = std::stoull(s.substr(x + 1));
-      } catch (...) {
-        bad(file, "block_structure '" + s + "' is not NxM");
-      }
+      const auto x = s.find('x');
+      if (x == std::string::npos) bad(file, "block_structure '" + s + "' is not NxM");
+      a.block_rows = block_dim(std::string_view(s).substr(0, x), file, s);
+      a.block_cols = block_dim(std::string_view(s).substr(x + 1), file, s);
     } else {
-      bad(file, "block_structure must be [rows, cols]");
+      bad(file, "block_structure must be [rows, cols], got " + it->dump());
     }
-    if (!a.block_rows || !a.block_cols) bad(file, "block_structure sizes must be positive");
   }
-  std::string strategy = j.value("strategy", json()).is_string() ? j["strategy"].get<std::string>() : "";
+  const json strat_j = j.value("strategy", json());
+  if (!strat_j.is_null() && !strat_j.is_string()) bad(file, "strategy must be a string, got " + strat_j.dump());
+  std::string strategy = strat_j.is_string() ? strat_j.get<std::string>() : "";
   if (strategy.empty()) strategy = a.block_rows ? "block" : gs > 0 ? "group" : gs == -1 ? "channel" : "tensor";
   static const std::pair<const char*, QuantStrategy> names[] = {
       {"tensor", QuantStrategy::tensor}, {"channel", QuantStrategy::channel}, {"group", QuantStrategy::group},
@@ -106,16 +117,84 @@ QuantArgs parse_args(const json& j, const std::string& file) {
   return a;
 }
 
-}  // namespace
-
-bool Target::matches_name(const std::string& module) const {
-  switch (kind) {
-    case Kind::name: return module == text;
-    case Kind::regex: return std::regex_search(module, re, std::regex_constants::match_continuous);
-    case Kind::class_name: return false;
-  }
-  return false;
+const json* object_at(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_object() && !it->empty() ? &*it : nullptr;
 }
+
+Scheme parse_scheme_json(const json& root, const std::string& file) {
+  Scheme s;
+  if (!root.is_object()) bad(file, "config.json is not a JSON object");
+  const json* q = nullptr;
+  for (const char* key : {"quantization_config", "compression_config"}) {
+    auto it = root.find(key);
+    if (it != root.end() && it->is_object()) {
+      const json method = it->value("quant_method", json("compressed-tensors"));
+      if (method.is_string() && (method == "compressed-tensors" || method == "sparseml")) q = &*it;
+      break;
+    }
+  }
+  const json* sparse = q ? object_at(*q, "sparsity_config") : nullptr;
+  if (!sparse) sparse = object_at(root, "sparsity_config");  // SparseML-style top-level block
+  if (!q && !sparse) return s;
+  s.present = true;
+
+  if (q) {
+    if (auto it = q->find("version"); it != q->end() && it->is_string()) s.version = it->get<std::string>();
+    if (!s.version.empty()) {
+      unsigned major = 0, minor = 0;
+      if (std::sscanf(s.version.c_str(), "%u.%u", &major, &minor) == 2) s.dense_packing = major > 0 || minor >= 18;
+    }
+    if (auto it = q->find("format"); it != q->end() && it->is_string()) {
+      const std::string f = it->get<std::string>();
+      s.global_format = format_from_name(f);
+      if (!s.global_format && f != "mixed-precision") bad(file, "unknown compression format '" + f + "'");
+    }
+    s.ignore = parse_targets(q->value("ignore", json()), file, "ignore");
+    std::vector<std::string> all_targets;
+    if (auto it = q->find("config_groups"); it != q->end() && !it->is_null()) {
+      if (!it->is_object()) bad(file, "config_groups must be an object");
+      for (auto g = it->begin(); g != it->end(); ++g) {
+        if (!g.value().is_object()) bad(file, "config group '" + g.key() + "' must be an object");
+        SchemeGroup sg;
+        sg.name = g.key();
+        sg.targets = string_list(g.value().value("targets", json()), file, "targets of config group '" + g.key() + "'");
+        for (const auto& t : sg.targets) {
+          all_targets.push_back(t);
+          s.target_group.push_back(s.groups.size());
+        }
+        if (auto w = g.value().find("weights"); w != g.value().end() && !w->is_null()) {
+          sg.weights = parse_args(*w, file);
+          auto sd = w->find("scale_dtype");
+          sg.scale_is_e8m0 = sd != w->end() && sd->is_string() && sd->get<std::string>() == "torch.uint8";
+        }
+        auto ia = g.value().find("input_activations");
+        sg.has_input_activations = ia != g.value().end() && !ia->is_null();
+        if (auto f = g.value().find("format"); f != g.value().end() && !f->is_null()) {
+          if (!f->is_string()) bad(file, "config group '" + g.key() + "' format must be a string, got " + f->dump());
+          sg.format = format_from_name(f->get<std::string>());
+          if (!sg.format) bad(file, "config group '" + g.key() + "' has unknown format '" + f->get<std::string>() + "'");
+        }
+        s.groups.push_back(std::move(sg));
+      }
+    }
+    s.group_targets = TargetList::parse(all_targets, ErrorKind::invalid_config, file, "config group targets");
+  }
+  if (sparse) {
+    const json f_j = sparse->value("format", json("dense"));
+    if (!f_j.is_string()) bad(file, "sparsity format must be a string, got " + f_j.dump());
+    const std::string f = f_j.get<std::string>();
+    s.sparse_format = format_from_name(f);
+    if (!s.sparse_format) bad(file, "unknown sparsity format '" + f + "'");
+    s.sparse_targets = parse_targets(sparse->value("targets", json()), file, "sparsity targets");
+    s.sparse_ignore = parse_targets(sparse->value("ignore", json()), file, "sparsity ignore");
+  }
+  return s;
+}
+
+bool no_class(const std::string&) { return false; }
+
+}  // namespace
 
 std::optional<Format> format_from_name(const std::string& raw) {
   // compressed_tensors/registry/registry.py `standardize_lookup_name`: '_' and ' ' -> '-', lower.
@@ -142,109 +221,24 @@ std::optional<Format> format_from_name(const std::string& raw) {
 }
 
 Scheme parse_scheme(const std::string& text, const std::string& file) {
-  Scheme s;
-  if (text.empty()) return s;
-  json root;
+  if (text.empty()) return Scheme{};
+  const json root = parse_json(text, ErrorKind::invalid_config, file, "config.json");
   try {
-    root = json::parse(text);
-  } catch (const json::exception& e) {
-    bad(file, std::string("config.json is not valid JSON: ") + e.what());
+    return parse_scheme_json(root, file);
+  } catch (const json::exception& e) {  // a value of an unexpected JSON type somewhere
+    bad(file, std::string("config.json has a value of the wrong type: ") + e.what());
   }
-  if (!root.is_object()) bad(file, "config.json is not a JSON object");
-  const json* q = nullptr;
-  for (const char* key : {"quantization_config", "compression_config"}) {
-    auto it = root.find(key);
-    if (it != root.end() && it->is_object()) {
-      const std::string method = it->value("quant_method", json("compressed-tensors")).is_string()
-                                     ? it->value("quant_method", std::string("compressed-tensors"))
-                                     : "";
-      if (method == "compressed-tensors" || method == "sparseml") q = &*it;
-      break;
-    }
-  }
-  const json* sparse = nullptr;
-  if (q && q->contains("sparsity_config") && (*q)["sparsity_config"].is_object() && !(*q)["sparsity_config"].empty())
-    sparse = &(*q)["sparsity_config"];
-  else if (root.contains("sparsity_config") && root["sparsity_config"].is_object() && !root["sparsity_config"].empty())
-    sparse = &root["sparsity_config"];  // SparseML-style top-level block
-  if (!q && !sparse) return s;
-  s.present = true;
-
-  if (q) {
-    if (auto it = q->find("version"); it != q->end() && it->is_string()) s.version = it->get<std::string>();
-    if (!s.version.empty()) {
-      unsigned major = 0, minor = 0;
-      if (std::sscanf(s.version.c_str(), "%u.%u", &major, &minor) == 2) s.dense_packing = major > 0 || minor >= 18;
-    }
-    if (auto it = q->find("format"); it != q->end() && it->is_string()) {
-      const std::string f = it->get<std::string>();
-      s.global_format = format_from_name(f);
-      if (!s.global_format && f != "mixed-precision") bad(file, "unknown compression format '" + f + "'");
-    }
-    s.ignore = parse_targets(q->value("ignore", json()), file, "ignore");
-    if (auto it = q->find("config_groups"); it != q->end() && !it->is_null()) {
-      if (!it->is_object()) bad(file, "config_groups must be an object");
-      for (auto g = it->begin(); g != it->end(); ++g) {
-        if (!g.value().is_object()) bad(file, "config group '" + g.key() + "' must be an object");
-        SchemeGroup sg;
-        sg.name = g.key();
-        sg.targets = parse_targets(g.value().value("targets", json()), file, "targets");
-        if (auto w = g.value().find("weights"); w != g.value().end() && !w->is_null()) {
-          sg.weights = parse_args(*w, file);
-          auto sd = w->find("scale_dtype");
-          sg.scale_is_e8m0 = sd != w->end() && sd->is_string() && sd->get<std::string>() == "torch.uint8";
-        }
-        auto ia = g.value().find("input_activations");
-        sg.has_input_activations = ia != g.value().end() && !ia->is_null();
-        if (auto f = g.value().find("format"); f != g.value().end() && f->is_string()) {
-          sg.format = format_from_name(f->get<std::string>());
-          if (!sg.format) bad(file, "config group '" + g.key() + "' has unknown format '" + f->get<std::string>() + "'");
-        }
-        s.groups.push_back(std::move(sg));
-      }
-    }
-  }
-  if (sparse) {
-    const std::string f = sparse->value("format", std::string("dense"));
-    s.sparse_format = format_from_name(f);
-    if (!s.sparse_format) bad(file, "unknown sparsity format '" + f + "'");
-    s.sparse_targets = parse_targets(sparse->value("targets", json()), file, "sparsity targets");
-    s.sparse_ignore = parse_targets(sparse->value("ignore", json()), file, "sparsity ignore");
-  }
-  return s;
 }
-
-namespace {
-bool any_matches(const std::vector<Target>& ts, const std::string& module) {
-  return std::any_of(ts.begin(), ts.end(), [&](const Target& t) { return t.matches_name(module); });
-}
-}  // namespace
 
 const SchemeGroup* match_group(const Scheme& s, const std::string& module) {
-  if (any_matches(s.ignore, module)) return nullptr;
-  // compressed_tensors/utils/match.py `match_targets`: exact names, then regexes sorted by
-  // pattern text, then class names; the first matching target picks its group.
-  const SchemeGroup* best = nullptr;
-  const Target* best_t = nullptr;
-  auto rank = [](const Target& t) { return t.kind == Target::Kind::name ? 0 : t.kind == Target::Kind::regex ? 1 : 2; };
-  for (const auto& g : s.groups) {
-    for (const auto& t : g.targets) {
-      const bool hit = t.kind == Target::Kind::class_name || t.matches_name(module);
-      if (!hit) continue;
-      if (!best_t || rank(t) < rank(*best_t) || (rank(t) == rank(*best_t) && rank(t) == 1 && t.text < best_t->text)) {
-        best = &g;
-        best_t = &t;
-      }
-    }
-  }
-  return best;
+  if (s.ignore.matches(module, no_class)) return nullptr;
+  const auto hit = s.group_targets.best_match(module, any_class);
+  return hit ? &s.groups[s.target_group[*hit]] : nullptr;
 }
 
 bool sparse_targets_module(const Scheme& s, const std::string& module) {
-  if (!s.sparse_format || any_matches(s.sparse_ignore, module)) return false;
-  for (const auto& t : s.sparse_targets)
-    if (t.kind == Target::Kind::class_name || t.matches_name(module)) return true;
-  return false;
+  if (!s.sparse_format || s.sparse_ignore.matches(module, no_class)) return false;
+  return s.sparse_targets.matches(module, any_class);
 }
 
 }  // namespace ctstream::format

@@ -5,27 +5,17 @@
 // `sparsity_config` block. Pure: JSON text in, scheme out.
 #pragma once
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "ctstream/tensor.hpp"
+#include "format/targets.hpp"
 
 namespace ctstream::format {
 
-/// A module-name target: exact name, `re:` pattern (Python re.match: anchored at the start only),
-/// or a class name such as "Linear" (class names cannot be checked without the model; they match
-/// any module that stores compressed parts).
-struct Target {
-  enum class Kind { name, regex, class_name } kind = Kind::name;
-  std::string text;  ///< name / pattern without "re:" / class name
-  std::regex re;     ///< compiled for Kind::regex
-  bool matches_name(const std::string& module) const;
-};
-
 struct SchemeGroup {
   std::string name;                  ///< "group_0", ...
-  std::vector<Target> targets;
+  std::vector<std::string> targets;  ///< as written (matched through Scheme::group_targets)
   std::optional<QuantArgs> weights;
   bool has_input_activations = false;
   std::optional<Format> format;      ///< per-group format, if written
@@ -41,13 +31,16 @@ struct Scheme {
   std::optional<bool> dense_packing;
   std::optional<Format> global_format;  ///< top-level `format` unless "mixed-precision"/absent
   std::vector<SchemeGroup> groups;
-  std::vector<Target> ignore;
+  TargetList group_targets;              ///< every group's targets, in group order
+  std::vector<size_t> target_group;      ///< group_targets entry -> index into groups
+  TargetList ignore;
   std::optional<Format> sparse_format;   ///< sparse-bitmask / sparse-24-bitmask / dense
-  std::vector<Target> sparse_targets, sparse_ignore;
+  TargetList sparse_targets, sparse_ignore;
 };
 
-/// Parses config.json text (may be empty -> Scheme{present=false}). Errors: invalid_config
-/// naming `file`.
+/// Parses config.json text (may be empty -> Scheme{present=false}), nesting-bounded
+/// (format/json.hpp). Every error, JSON type errors included, is Error{invalid_config} naming
+/// `file`.
 Scheme parse_scheme(const std::string& config_json, const std::string& file);
 
 /// Maps a compressed-tensors format name (any spelling the library's registry accepts: `_` or
@@ -56,6 +49,8 @@ std::optional<Format> format_from_name(const std::string& name);
 
 /// The group whose targets match `module` (compressed_tensors/utils/match.py: ignore wins;
 /// exact names first, then regexes in alphabetical order of pattern, then class names), or null.
+/// Class names match any module that stores compressed parts (the model is not known here);
+/// class names in `ignore` never match.
 const SchemeGroup* match_group(const Scheme& s, const std::string& module);
 /// Whether the sparsity config targets `module`.
 bool sparse_targets_module(const Scheme& s, const std::string& module);

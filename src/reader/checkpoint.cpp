@@ -4,9 +4,10 @@
 #include <array>
 #include <atomic>
 
+#include "core/boundary.hpp"
 #include "core/checked.hpp"
 #include "format/grouping.hpp"
-#include "format/layout.hpp"
+#include "format/shards.hpp"
 #include "format/safetensors.hpp"
 #include "reader/internal.hpp"
 #include "reader/rows.hpp"
@@ -19,7 +20,10 @@ std::span<const std::byte> Checkpoint::Impl::bytes(const TensorPart& p, uint64_t
                                                    ReadWindow& w, bool windowed) const {
   const io::File& f = file_of(p);
   const uint64_t at = p.offset + off;
-  if (f.mode() == io::Mode::mmap && !windowed) return f.view(at, n);
+  if (f.mode() == io::Mode::mmap && !windowed) {
+    f.guard(at + n);  // a file truncated since open: an error here, not SIGBUS on the first touch
+    return f.view(at, n);
+  }
   if (w.serial == serial && w.file == p.file && at >= w.begin && at - w.begin + n <= w.buf.size())
     return {w.buf.data() + (at - w.begin), n};
   // Read ahead to the window size, within the part (callers keep off + n inside it).
@@ -47,7 +51,7 @@ unsigned ScopedDecodeThreads::current() { return t_decode_threads; }
 
 namespace {
 
-std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::Layout& lay) {
+std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::ShardSet& lay) {
   std::vector<format::RawTensor> raw;
   std::unordered_map<std::string, uint32_t> owner;
   const io::Mode mode = ck.opt.io == IoMode::pread ? io::Mode::pread : io::Mode::mmap;
@@ -85,11 +89,15 @@ std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::
 }  // namespace
 
 Checkpoint Checkpoint::open(const fs::path& path, const OpenOptions& options) {
+  return detail::at_boundary(path.string(), "", [&] { return open_impl(path, options); });
+}
+
+Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& options) {
   static std::atomic<uint64_t> serials{0};
   auto ck = std::make_unique<Impl>();
   ck->serial = ++serials;
   ck->opt = options;
-  format::Layout lay = format::discover_layout(path, options.max_json_bytes);
+  format::ShardSet lay = format::discover_shards(path, options.max_json_bytes);
   ck->paths = lay.files;
   if (!lay.config_path.empty()) ck->config = io::read_small_file(lay.config_path, options.max_json_bytes);
   std::vector<format::RawTensor> raw = read_headers(*ck, lay);
@@ -129,8 +137,12 @@ Checkpoint::~Checkpoint() = default;
 std::span<const TensorInfo> Checkpoint::tensors() const noexcept { return impl_->tensors; }
 
 const TensorInfo* Checkpoint::find(std::string_view name) const noexcept {
-  auto it = impl_->by_name.find(std::string(name));
-  return it == impl_->by_name.end() ? nullptr : &impl_->tensors[it->second];
+  try {
+    auto it = impl_->by_name.find(std::string(name));
+    return it == impl_->by_name.end() ? nullptr : &impl_->tensors[it->second];
+  } catch (...) {  // the key's copy could not be allocated
+    return nullptr;
+  }
 }
 
 const TensorInfo& Checkpoint::at(std::string_view name) const {
@@ -141,10 +153,29 @@ const TensorInfo& Checkpoint::at(std::string_view name) const {
 
 uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                                  const std::optional<Slice>& slice) const {
-  const reader::SliceGeom g = reader::slice_geometry(*impl_, t, slice);
-  if (t.format == Format::dense) return reader::decode_dense(*impl_, t, out, out_dtype, g);
-  const auto dec = reader::make_decoder(*impl_, t, out_dtype);
-  return reader::run_rows(*impl_, t, out, out_dtype, g, slice, *dec);
+  return detail::at_boundary(reader::file_name(*impl_, t), t.name, [&]() -> uint64_t {
+    const reader::SliceGeom g = reader::slice_geometry(*impl_, t, slice);
+    if (t.format == Format::dense) return reader::decode_dense(*impl_, t, out, out_dtype, g);
+    if (t.quantized && !is_float_output(out_dtype))
+      reader::fail(*impl_, t, ErrorKind::unsupported,
+                   "a quantized weight decodes to BF16, F16 or F32, not " + std::string(dtype_name(out_dtype)) +
+                       "; use read_part()");
+    if (g.out_elems() == 0) return 0;  // nothing to decode: no decoder, no reads
+    const auto dec = reader::make_decoder(*impl_, t, out_dtype);
+    return reader::run_rows(*impl_, t, out, out_dtype, g, slice, *dec);
+  });
+}
+
+void Checkpoint::validate(const TensorInfo& t) const {
+  detail::at_boundary(reader::file_name(*impl_, t), t.name, [&] {
+    if (t.format == Format::dense || t.format == Format::marlin_24) {
+      for (const auto& p : t.parts) impl_->guard(p);
+      if (t.format == Format::marlin_24) (void)reader::make_decoder(*impl_, t, DType::F16);  // says why not
+      return;
+    }
+    if (t.numel() == 0) return;
+    (void)reader::make_decoder(*impl_, t, is_float_output(t.dtype) ? t.dtype : DType::F32);
+  });
 }
 
 std::span<const std::byte> Checkpoint::stored_view(const TensorInfo& t) const {
@@ -154,7 +185,7 @@ std::span<const std::byte> Checkpoint::stored_view(const TensorInfo& t) const {
 }
 
 std::span<const std::byte> Checkpoint::part_view(const TensorPart& p) const {
-  const io::File& f = impl_->file_of(p);
+  const io::File& f = impl_->file_of(p);  // p.file is checked by at()
   if (f.mode() != io::Mode::mmap)
     throw Error(ErrorKind::unsupported, f.path(), p.key, "zero-copy views need IoMode::mmap; use read_part()");
   impl_->guard(p);
@@ -162,12 +193,14 @@ std::span<const std::byte> Checkpoint::part_view(const TensorPart& p) const {
 }
 
 uint64_t Checkpoint::read_part(const TensorPart& p, std::span<std::byte> out) const {
-  const io::File& f = impl_->file_of(p);
-  if (out.size() < p.nbytes)
-    throw Error(ErrorKind::buffer_too_small, f.path(), p.key,
-                "output holds " + std::to_string(out.size()) + " bytes, part needs " + std::to_string(p.nbytes));
-  f.read_at(p.offset, out.first(p.nbytes));
-  return p.nbytes;
+  return detail::at_boundary("", p.key, [&] {
+    const io::File& f = impl_->file_of(p);
+    if (out.size() < p.nbytes)
+      throw Error(ErrorKind::buffer_too_small, f.path(), p.key,
+                  "output holds " + std::to_string(out.size()) + " bytes, part needs " + std::to_string(p.nbytes));
+    f.read_at(p.offset, out.first(p.nbytes));
+    return p.nbytes;
+  });
 }
 
 std::span<const fs::path> Checkpoint::files() const noexcept { return impl_->paths; }

@@ -4,9 +4,17 @@
 
 namespace ctstream::reader {
 
+std::string file_name(const Checkpoint::Impl& ck, const TensorInfo& t) noexcept {
+  try {
+    if (t.parts.empty() || t.parts.front().file >= ck.paths.size()) return {};
+    return ck.paths[t.parts.front().file].string();
+  } catch (...) {
+    return {};
+  }
+}
+
 [[noreturn]] void fail(const Checkpoint::Impl& ck, const TensorInfo& t, ErrorKind kind, const std::string& msg) {
-  std::string file = t.parts.empty() ? std::string() : ck.paths.at(t.parts.front().file).string();
-  throw Error(kind, std::move(file), t.name, msg);
+  throw Error(kind, file_name(ck, t), t.name, msg);
 }
 
 SliceGeom slice_geometry(const Checkpoint::Impl& ck, const TensorInfo& t, const std::optional<Slice>& s) {

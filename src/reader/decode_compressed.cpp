@@ -2,6 +2,7 @@
 // arithmetic: tests/fixtures/gen/DECODE_NOTES.md (each statement cites the library source);
 // the kernels themselves are in src/codecs.
 #include <array>
+#include <cassert>
 #include <optional>
 #include <cstring>
 
@@ -11,6 +12,7 @@
 #include "codecs/half.hpp"
 #include "codecs/minifloat.hpp"
 #include "core/packing.hpp"
+#include "format/format_table.hpp"
 #include "reader/rows.hpp"
 
 namespace ctstream::reader {
@@ -50,36 +52,32 @@ float to_f32(DType d, const std::byte* p, bool e8m0) {
     case DType::F16: { uint16_t h; std::memcpy(&h, p, 2); return codecs::f32_from_bits(codecs::f16_to_f32(h)); }
     case DType::F8_E4M3: return e4m3_lut()[static_cast<uint8_t>(*p)];
     case DType::U8: return e8m0 ? codecs::e8m0_to_f32(static_cast<uint8_t>(*p)) : static_cast<float>(static_cast<uint8_t>(*p));
+    case DType::F8_E8M0: return codecs::e8m0_to_f32(static_cast<uint8_t>(*p));
     case DType::I8: return static_cast<float>(static_cast<int8_t>(*p));
-    default: return 0.f;  // rejected by the format layer
+    default: break;
   }
+  // The format table admits no other dtype for scales, zero points or quantized values.
+  assert(false && "dtype refused by the format table reached a decoder");
+  return 0.f;
 }
 
 // Scales and zero points of a quantized weight, per row (compressed_tensors/quantization/
 // lifecycle/forward.py: tensor / channel / group / block mapping).
 class Scales {
  public:
-  Scales(const Checkpoint::Impl& ck, const TensorInfo& t, uint64_t rows, uint64_t cols) : ck_(ck), t_(t) {
+  Scales(const Checkpoint::Impl& ck, const TensorInfo& t, const format::Geometry& geo) : ck_(ck), t_(t) {
     scale_ = &need_part(ck, t, "weight_scale");
-    const QuantArgs& q = t.quant;
-    e8m0_ = scale_->dtype == DType::U8;
+    e8m0_ = scale_->dtype == DType::U8 || scale_->dtype == DType::F8_E8M0;
     ssz_ = dtype_bits(scale_->dtype) / 8;
-    switch (q.strategy) {
-      case QuantStrategy::tensor: G_ = 1, gs_ = cols, row_div_ = rows; break;
-      case QuantStrategy::channel: G_ = 1, gs_ = cols, row_div_ = 1; break;
-      case QuantStrategy::block:
-        gs_ = q.block_cols, G_ = (cols + gs_ - 1) / gs_, row_div_ = q.block_rows;
-        break;
-      default: gs_ = q.group_size, G_ = cols / gs_, row_div_ = 1; break;
-    }
-    scale_rows_ = (rows + row_div_ - 1) / row_div_;
+    G_ = geo.scale.cols, gs_ = geo.scale.group_size, row_div_ = geo.scale.row_div, scale_rows_ = geo.scale.rows;
+    assert(scale_->nbytes == scale_rows_ * G_ * ssz_);  // the format table checked it at open
     if (const TensorPart* gsp = t.part("weight_global_scale")) {
       std::vector<std::byte> b(4);
       ck.file_of(*gsp).read_at(gsp->offset, b);
       std::memcpy(&global_, b.data(), 4);
       has_global_ = true;
     }
-    if (const TensorPart* zp = t.part("weight_zero_point")) load_zp(*zp, rows);
+    if (const TensorPart* zp = t.part("weight_zero_point")) load_zp(*zp, geo.rows);
   }
   uint64_t group_size() const { return gs_; }
   /// Scale-entry offset of column c0 when a window starting there keeps the group mapping
@@ -105,11 +103,12 @@ class Scales {
 
  private:
   void load_zp(const TensorPart& zp, uint64_t rows) {
-    std::vector<std::byte> raw(zp.nbytes);
+    std::vector<std::byte> raw(zp.nbytes);  // as large as the scales at most (format table)
     ck_.file_of(zp).read_at(zp.offset, raw);
     zp_.resize(scale_rows_ * G_);
     if (zp.dtype != DType::I32) {  // unpacked, one per scale entry
       const size_t esz = dtype_bits(zp.dtype) / 8;
+      assert(zp.nbytes == zp_.size() * esz);
       for (uint64_t i = 0; i < zp_.size(); ++i) zp_[i] = to_f32(zp.dtype, raw.data() + i * esz, false);
       return;
     }
@@ -117,6 +116,7 @@ class Scales {
     const unsigned b = t_.quant.num_bits;
     const bool dense = !t_.quant.legacy_packing;
     const uint64_t words = detail::packed_words(rows, b, dense);
+    assert(zp.nbytes == words * G_ * 4);
     std::vector<uint8_t> col(words * 4);
     std::vector<float> vals(rows);
     for (uint64_t g = 0; g < G_; ++g) {
@@ -163,10 +163,12 @@ void* byte_memo(bool wanted) {
 // is finished — the fused 4-bit kernel, or f32 values through the generic dequant kernel.
 class ScaledDecoder : public RowDecoder {
  protected:
-  ScaledDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols,
+  ScaledDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g,
                 const char* main_role)
-      : ck_(ck), main_(need_part(ck, t, main_role)), scales_(ck, t, rows, cols), cols_(cols),
-        spec_(spec_for(t, out, scales_.group_size())), memo_(rows_repeat_scales(t)) {}
+      : ck_(ck), main_(need_part(ck, t, main_role)), scales_(ck, t, g), cols_(g.cols),
+        spec_(spec_for(t, out, scales_.group_size())), memo_(rows_repeat_scales(t)) {
+    assert(main_.nbytes >= g.rows * (g.row_bytes ? g.row_bytes : g.cols * (dtype_bits(main_.dtype) / 8)));
+  }
 
   // Quantized formats read their parts through read windows in mmap mode too: copying the
   // packed input into a per-thread window costs less than mapping its page-cache pages, which
@@ -218,23 +220,23 @@ class ScaledDecoder : public RowDecoder {
 
 class PackedIntDecoder final : public ScaledDecoder {
  public:
-  PackedIntDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
-      : ScaledDecoder(ck, t, out, rows, cols, "weight_packed"), bits_(t.quant.num_bits),
-        dense_(!t.quant.legacy_packing), row_bytes_(detail::packed_words(cols, bits_, dense_) * 4) {
+  PackedIntDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
+      : ScaledDecoder(ck, t, out, g, "weight_packed"), bits_(t.quant.num_bits), dense_(!t.quant.legacy_packing),
+        row_bytes_(g.row_bytes) {
+    const uint64_t cols = g.cols;
     if (const TensorPart* gi = t.part("weight_g_idx")) {
       // 0.12 act-order: column j uses scale column g_idx[j]; a -1 anywhere means plain order
       // (forward.py `_process_quantization`).
-      std::vector<std::byte> raw(gi->nbytes);
-      ck.file_of(*gi).read_at(gi->offset, raw);
-      std::vector<int32_t> g(cols);
-      std::memcpy(g.data(), raw.data(), cols * 4);
+      assert(gi->nbytes == cols * 4);
+      std::vector<int32_t> idx(cols);
+      ck.file_of(*gi).read_at(gi->offset, std::as_writable_bytes(std::span<int32_t>(idx)));
       bool plain = false;
-      for (int32_t v : g) plain |= v == -1;
-      const uint64_t groups = cols / scales_.group_size();
-      for (int32_t v : g)
+      for (int32_t v : idx) plain |= v == -1;
+      const uint64_t groups = g.scale.cols;
+      for (int32_t v : idx)
         if (!plain && (v < 0 || static_cast<uint64_t>(v) >= groups))
           fail(ck, t, ErrorKind::corrupt_tensor, "weight_g_idx entry " + std::to_string(v) + " is not a group index");
-      if (!plain) gidx_ = std::move(g);
+      if (!plain) gidx_ = std::move(idx);
     }
   }
   void row(uint64_t r, std::byte* out) const override {
@@ -262,10 +264,9 @@ class PackedIntDecoder final : public ScaledDecoder {
 // naive / int / float / mxfp8: values stored unpacked (I8 two's complement or F8_E4M3).
 class NaiveDecoder final : public ScaledDecoder {
  public:
-  NaiveDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
-      : ScaledDecoder(ck, t, out, rows, cols, "weight") {
-    if (main_.dtype != DType::I8 && main_.dtype != DType::F8_E4M3)
-      fail(ck, t, ErrorKind::unsupported, "quantized values of dtype " + std::string(dtype_name(main_.dtype)));
+  NaiveDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
+      : ScaledDecoder(ck, t, out, g, "weight") {
+    assert(main_.dtype == DType::I8 || main_.dtype == DType::F8_E4M3);  // format table
   }
   void row(uint64_t r, std::byte* out) const override { window(r, 0, cols_, 0, out); }
   bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
@@ -296,8 +297,8 @@ class NaiveDecoder final : public ScaledDecoder {
 // nvfp4 / mxfp4: E2M1 nibbles, row-major, even column in the low nibble (nvfp4/helpers.py).
 class Fp4Decoder final : public ScaledDecoder {
  public:
-  Fp4Decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
-      : ScaledDecoder(ck, t, out, rows, cols, "weight_packed") {}
+  Fp4Decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
+      : ScaledDecoder(ck, t, out, g, "weight_packed") {}
   void row(uint64_t r, std::byte* out) const override { nibbles(r, r * cols_ / 2, 0, cols_, e2m1_lut().data(), out); }
   bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
     return nibbles(r, r * cols_ / 2, c0, c1, e2m1_lut().data(), out);
@@ -307,8 +308,8 @@ class Fp4Decoder final : public ScaledDecoder {
 // mxfp6: every 3 bytes hold 4 E2M3 codes, code j = (b0 | b1<<8 | b2<<16) >> 6j (mxfp6/helpers.py).
 class Fp6Decoder final : public ScaledDecoder {
  public:
-  Fp6Decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
-      : ScaledDecoder(ck, t, out, rows, cols, "weight_packed") {}
+  Fp6Decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
+      : ScaledDecoder(ck, t, out, g, "weight_packed") {}
   void row(uint64_t r, std::byte* out) const override {
     thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
@@ -328,17 +329,19 @@ class Fp6Decoder final : public ScaledDecoder {
 // LSB-first mask bit per element; optionally the values are quantized (stacked formats).
 class SparseDecoder final : public RowDecoder {
  public:
-  SparseDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, uint64_t rows, uint64_t cols)
-      : ck_(ck), t_(t), values_(need_part(ck, t, "compressed")), mask_(need_part(ck, t, "bitmask")), cols_(cols),
-        out_(out), vsz_(dtype_bits(values_.dtype) / 8), mbytes_((cols + 7) / 8) {
+  SparseDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
+      : ck_(ck), t_(t), values_(need_part(ck, t, "compressed")), mask_(need_part(ck, t, "bitmask")), cols_(g.cols),
+        out_(out), vsz_(dtype_bits(values_.dtype) / 8), mbytes_((g.cols + 7) / 8) {
+    const uint64_t rows = g.rows, cols = g.cols;
+    assert(vsz_ >= 1 && mask_.nbytes == rows * mbytes_);  // format table
     if (!t.quantized && values_.dtype != out && !(is_float_output(values_.dtype) && is_float_output(out)))
       fail(ck, t, ErrorKind::unsupported,
            "cannot convert " + std::string(dtype_name(values_.dtype)) + " values to " + std::string(dtype_name(out)));
     // Prefix sums of per-row popcounts: where each row's values start. They must add up to the
-    // stored value count, agree with row_offsets when present, and be 2 per 4 for 2:4.
-    ReadWindow scratch;
-    auto m = ck.bytes(mask_, 0, mask_.nbytes, scratch);
-    mask_copy_.assign(m.begin(), m.end());
+    // stored value count, agree with row_offsets when present, and be 2 per 4 for 2:4. The mask
+    // is copied with a positional read (a file truncated since open is an error, not SIGBUS).
+    mask_copy_.resize(mask_.nbytes);
+    ck.file_of(mask_).read_at(mask_.offset, mask_copy_);
     start_.resize(rows + 1);
     const auto* mb = reinterpret_cast<const uint8_t*>(mask_copy_.data());
     for (uint64_t r = 0; r < rows; ++r) {
@@ -367,7 +370,13 @@ class SparseDecoder final : public RowDecoder {
     }
     expand_ = codecs::bitmask_expand_kernel(static_cast<unsigned>(vsz_), codecs::active_isa());
     if (!expand_) fail(ck, t, ErrorKind::unsupported, "sparse values of dtype " + std::string(dtype_name(values_.dtype)));
-    if (t.quantized) scales_ = std::make_unique<Scales>(ck, t, rows, cols);
+    if (t.quantized) scales_ = std::make_unique<Scales>(ck, t, g);
+    // The values are read in place from the mapping (mmap mode): guarded once here, before the
+    // first row touches it.
+    if (ck.file_of(values_).mode() == io::Mode::mmap) {
+      ck.guard(values_);
+      values_view_ = ck.file_of(values_).view(values_.offset, values_.nbytes);
+    }
     if (!t.quantized && values_.dtype != out) convert_ = codecs::convert_kernel(values_.dtype, out, codecs::active_isa());
   }
   void row(uint64_t r, std::byte* out) const override {
@@ -375,7 +384,8 @@ class SparseDecoder final : public RowDecoder {
     thread_local std::vector<std::byte> dense;
     thread_local std::vector<float> sf, xf;
     const uint64_t n = start_[r + 1] - start_[r];
-    auto v = ck_.bytes(values_, start_[r] * vsz_, n * vsz_, sv);
+    const std::span<const std::byte> v = values_view_.empty() ? ck_.bytes(values_, start_[r] * vsz_, n * vsz_, sv)
+                                                              : values_view_.subspan(start_[r] * vsz_, n * vsz_);
     const auto* mask = reinterpret_cast<const uint8_t*>(mask_copy_.data()) + r * mbytes_;
     if (!t_.quantized && !convert_) {
       expand_(mask, v.data(), cols_, out);
@@ -408,6 +418,7 @@ class SparseDecoder final : public RowDecoder {
   DType out_;
   uint64_t vsz_, mbytes_;
   std::vector<std::byte> mask_copy_;
+  std::span<const std::byte> values_view_;  // mmap mode: the guarded mapping of the values
   std::vector<uint64_t> start_;
   codecs::BitmaskExpandFn expand_ = nullptr;
   codecs::ConvertFn convert_ = nullptr;
@@ -420,19 +431,18 @@ std::unique_ptr<RowDecoder> make_decoder(const Checkpoint::Impl& ck, const Tenso
   if (t.quantized && !is_float_output(out))
     fail(ck, t, ErrorKind::unsupported,
          "a quantized weight decodes to BF16, F16 or F32, not " + std::string(dtype_name(out)) + "; use read_part()");
-  const uint64_t cols = t.shape.empty() ? 1 : t.shape.back();
-  const uint64_t rows = cols ? t.numel() / cols : 0;
+  const format::Geometry g = format::geometry(t);
   switch (t.format) {
     case Format::sparse_bitmask:
-    case Format::sparse_24_bitmask: return std::make_unique<SparseDecoder>(ck, t, out, rows, cols);
-    case Format::pack_quantized: return std::make_unique<PackedIntDecoder>(ck, t, out, rows, cols);
+    case Format::sparse_24_bitmask: return std::make_unique<SparseDecoder>(ck, t, out, g);
+    case Format::pack_quantized: return std::make_unique<PackedIntDecoder>(ck, t, out, g);
     case Format::naive_quantized:
     case Format::int_quantized:
     case Format::float_quantized:
-    case Format::mxfp8_quantized: return std::make_unique<NaiveDecoder>(ck, t, out, rows, cols);
+    case Format::mxfp8_quantized: return std::make_unique<NaiveDecoder>(ck, t, out, g);
     case Format::nvfp4_pack_quantized:
-    case Format::mxfp4_pack_quantized: return std::make_unique<Fp4Decoder>(ck, t, out, rows, cols);
-    case Format::mxfp6_pack_quantized: return std::make_unique<Fp6Decoder>(ck, t, out, rows, cols);
+    case Format::mxfp4_pack_quantized: return std::make_unique<Fp4Decoder>(ck, t, out, g);
+    case Format::mxfp6_pack_quantized: return std::make_unique<Fp6Decoder>(ck, t, out, g);
     case Format::marlin_24:
       fail(ck, t, ErrorKind::unsupported,
            "marlin-24 stores Marlin GPU tiles; compressed-tensors itself cannot decompress it. "

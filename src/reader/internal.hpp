@@ -39,7 +39,12 @@ struct Checkpoint::Impl {
   std::vector<TensorInfo> tensors;
   std::unordered_map<std::string, size_t> by_name;
 
-  const io::File& file_of(const TensorPart& p) const { return *files.at(p.file); }
+  const io::File& file_of(const TensorPart& p) const {
+    if (p.file >= files.size())
+      throw Error(ErrorKind::invalid_argument, "", p.key, "part names file " + std::to_string(p.file) + " of a checkpoint with " +
+                                                             std::to_string(files.size()) + " files (a part of another checkpoint?)");
+    return *files[p.file];
+  }
   /// Checks a part is still fully inside its (possibly mapped) file before touching it.
   void guard(const TensorPart& p) const { file_of(p).guard(p.offset + p.nbytes); }
   /// Bytes [off, off+n) of a part: a view in mmap mode (after guard), else from the window
@@ -81,6 +86,8 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const TensorInfo& t, std::span
                       const SliceGeom& g);
 
 [[noreturn]] void fail(const Checkpoint::Impl& ck, const TensorInfo& t, ErrorKind kind, const std::string& msg);
+/// The file a tensor's main part lives in ("" when unknown), for error messages.
+std::string file_name(const Checkpoint::Impl& ck, const TensorInfo& t) noexcept;
 
 }  // namespace reader
 }  // namespace ctstream

@@ -25,7 +25,9 @@
 #include "codecs/half.hpp"
 #include "ctstream/error.hpp"
 #include "ctstream/safetensors_writer.hpp"
+#include "format/format_table.hpp"
 #include "format/scheme.hpp"
+#include "format/targets.hpp"
 #include "writer/quantize.hpp"
 
 namespace ctstream {
@@ -140,10 +142,10 @@ Resolved resolve(const CompressOptions& o) {
 
 // ------------------------------------------------------------------ target matching
 
-/// A --targets / --ignore entry: exact module name, `re:` pattern (re.match), or a class name
-/// ("Linear", "Embedding") matched by the name heuristics below.
+/// --targets / --ignore: the library's grammar (format/targets.hpp); the class names "Linear" and
+/// "Embedding" are matched by the name heuristics below (the writer has no model).
 struct Matcher {
-  std::vector<format::Target> ts;
+  format::TargetList list;
   bool matches(const std::string& module, const TensorInfo& t) const;
 };
 
@@ -163,42 +165,22 @@ bool linear_like(const std::string& module, const TensorInfo& t) {
 }
 
 bool Matcher::matches(const std::string& module, const TensorInfo& t) const {
-  for (const auto& tg : ts) {
-    if (tg.kind == format::Target::Kind::class_name) {
-      if (tg.text == "Linear" && linear_like(module, t)) return true;
-      if (tg.text == "Embedding" && t.shape.size() == 2 && embedding_like(module)) return true;
-    } else if (tg.matches_name(module)) {
-      return true;
-    }
-  }
-  return false;
+  return list.matches(module, [&](const std::string& cls) {
+    if (cls == "Linear") return linear_like(module, t);
+    if (cls == "Embedding") return t.shape.size() == 2 && embedding_like(module);
+    return false;
+  });
 }
 
 Matcher parse_matcher(const std::vector<std::string>& v, const char* what) {
-  Matcher m;
-  for (const auto& s : v) {
-    format::Target tg;
-    if (s.rfind("re:", 0) == 0) {
-      tg.kind = format::Target::Kind::regex;
-      tg.text = s.substr(3);
-      try {
-        tg.re = std::regex(tg.text, std::regex::ECMAScript | std::regex::optimize);
-      } catch (const std::regex_error& e) {
-        fail(ErrorKind::invalid_argument, "", "", std::string(what) + " pattern '" + tg.text + "' is not a valid regular expression: " + e.what());
-      }
-    } else if (!s.empty() && std::isupper(static_cast<unsigned char>(s[0])) && s.find('.') == std::string::npos) {
-      if (s != "Linear" && s != "Embedding")
-        fail(ErrorKind::unsupported, "", "", std::string(what) + " class '" + s +
-             "' cannot be matched without the model; use module names or re: patterns (\"Linear\" and "
-             "\"Embedding\" are matched by name heuristics)");
-      tg.kind = format::Target::Kind::class_name;
-      tg.text = s;
-    } else {
-      if (s.empty()) fail(ErrorKind::invalid_argument, "", "", std::string(what) + " entry is empty");
-      tg.text = s;
-    }
-    m.ts.push_back(std::move(tg));
-  }
+  for (const auto& s : v)
+    if (s.empty()) fail(ErrorKind::invalid_argument, "", "", std::string(what) + " entry is empty");
+  Matcher m{format::TargetList::parse(v, ErrorKind::invalid_argument, "", what)};
+  for (const auto& t : m.list.targets())
+    if (t.kind == format::Target::Kind::class_name && t.text != "Linear" && t.text != "Embedding")
+      fail(ErrorKind::unsupported, "", "", std::string(what) + " class '" + t.text +
+           "' cannot be matched without the model; use module names or re: patterns (\"Linear\" and "
+           "\"Embedding\" are matched by name heuristics)");
   return m;
 }
 
@@ -235,51 +217,31 @@ void add(Item& it, std::string key, DType d, Shape s) {
   it.out.push_back({std::move(key), d, std::move(s), b});
 }
 
-/// Output entries of a compressed weight (names and order as the library's compressors emit).
+QuantArgs quant_args(const WeightArgs& a) {
+  QuantArgs q;
+  q.num_bits = a.num_bits;
+  q.type = a.type;
+  q.strategy = a.strategy;
+  q.symmetric = a.symmetric;
+  q.group_size = a.group_size;
+  q.block_rows = a.block_rows;
+  q.block_cols = a.block_cols;
+  return q;
+}
+
+/// The format table's geometry of a weight the writer compresses; refused exactly as the reader
+/// would refuse it.
+std::optional<format::Geometry> geometry_of(const TensorInfo& t, const Resolved& r, format::Why& why) {
+  const QuantArgs q = quant_args(r.args);
+  return format::geometry(r.format, t.shape, is_quantized_format(r.format) ? &q : nullptr, why);
+}
+
+/// Output entries of a compressed weight: names, dtypes, shapes and order from the format table.
 void plan_entries(Item& it, const Resolved& r) {
-  const uint64_t R = it.t->shape[0], C = it.t->shape[1];
-  const std::string& m = it.module;
-  const auto& a = r.args;
-  switch (r.format) {
-    case Format::pack_quantized: {
-      const Shape ss = writer::scale_shape(a, R, C);
-      add(it, m + ".weight_packed", DType::I32, {R, (C * a.num_bits + 31) / 32});
-      add(it, m + ".weight_scale", it.work, ss);
-      add(it, m + ".weight_shape", DType::I64, {2});
-      if (!a.symmetric) {
-        if (a.strategy == QuantStrategy::group || a.strategy == QuantStrategy::channel)
-          add(it, m + ".weight_zero_point", DType::I32, {(R * a.num_bits + 31) / 32, ss[1]});
-        else
-          add(it, m + ".weight_zero_point", DType::I8, ss);
-      }
-      break;
-    }
-    case Format::int_quantized:
-    case Format::float_quantized: {
-      const Shape ss = writer::scale_shape(a, R, C);
-      add(it, m + ".weight", a.type == QuantType::int_ ? DType::I8 : DType::F8_E4M3, {R, C});
-      add(it, m + ".weight_scale", it.work, ss);
-      if (!a.symmetric) add(it, m + ".weight_zero_point", DType::I8, ss);
-      break;
-    }
-    case Format::nvfp4_pack_quantized:
-      add(it, m + ".weight_packed", DType::U8, {R, C / 2});
-      add(it, m + ".weight_scale", DType::F8_E4M3, {R, C / 16});
-      add(it, m + ".weight_global_scale", DType::F32, {1});
-      break;
-    case Format::sparse_bitmask:
-      add(it, m + ".shape", DType::I64, {2});
-      add(it, m + ".compressed", it.work, {it.nnz});
-      add(it, m + ".bitmask", DType::U8, {R, (C + 7) / 8});
-      add(it, m + ".row_offsets", DType::I64, {R});
-      break;
-    case Format::sparse_24_bitmask:
-      add(it, m + ".shape", DType::I64, {2, 1});
-      add(it, m + ".compressed", it.work, {R, C / 2});
-      add(it, m + ".bitmask", DType::U8, {R, (C + 7) / 8});
-      break;
-    default: break;
-  }
+  format::Why why;
+  const auto g = geometry_of(*it.t, r, why);
+  for (const auto& p : format::plan_parts(*g, it.work, it.nnz))
+    add(it, it.module + "." + std::string(format::role_name(p.role)), p.dtype, p.shape);
 }
 
 /// Shape / dtype requirements of the format for a tensor chosen for compression.
@@ -289,19 +251,10 @@ void check_compressible(const Item& it, const Resolved& r, const std::string& fi
   if (!is_float(it.work))
     fail(ErrorKind::unsupported, file, t.name, "dtype " + std::string(dtype_name(t.dtype)) + " cannot be stored as " +
          fname + " (needs F32, F16 or BF16 weights); add the module to --ignore");
-  const uint64_t R = t.shape[0], C = t.shape[1];
-  const auto& a = r.args;
-  if (is_quantized_format(r.format)) {
-    if ((a.strategy == QuantStrategy::group || a.strategy == QuantStrategy::tensor_group) && C % a.group_size != 0)
-      fail(ErrorKind::invalid_argument, file, t.name, "group size " + std::to_string(a.group_size) +
-           " does not divide the " + std::to_string(C) + " columns (compressed-tensors requires it); choose another "
-           "--group-size, --strategy channel, or --ignore the module");
-    if (r.format == Format::nvfp4_pack_quantized && C % 2 != 0)
-      fail(ErrorKind::invalid_argument, file, t.name, "nvfp4 needs an even number of columns");
-  }
-  if (r.format == Format::sparse_24_bitmask && ((R * C) % 4 != 0 || C % 2 != 0))
-    fail(ErrorKind::invalid_argument, file, t.name, "2:4 sparsity needs an even column count and a multiple of 4 elements (shape " +
-         std::to_string(R) + "x" + std::to_string(C) + ")");
+  format::Why why;
+  if (!geometry_of(t, r, why))
+    fail(ErrorKind::invalid_argument, file, t.name, fname + " cannot store this weight: " + why +
+         " (compressed-tensors requires it); choose other arguments, or --ignore the module");
 }
 
 // ------------------------------------------------------------------ small file helpers

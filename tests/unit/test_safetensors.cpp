@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "ctstream/ctstream.hpp"
-#include "format/layout.hpp"
+#include "format/shards.hpp"
 #include "helpers.hpp"
 
 using namespace ctstream;

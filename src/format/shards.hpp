@@ -9,7 +9,7 @@
 
 namespace ctstream::format {
 
-struct Layout {
+struct ShardSet {
   std::vector<std::filesystem::path> files;      ///< shard files, in shard-name order
   std::filesystem::path index_path;              ///< empty when there is no index
   std::map<std::string, uint32_t> weight_map;    ///< tensor key -> index into files (index only)
@@ -18,7 +18,7 @@ struct Layout {
 
 /// Finds the files of the checkpoint at `path`. Shard names from an index must stay inside the
 /// directory (no absolute paths, no `..`) and must exist. Throws ctstream::Error.
-Layout discover_layout(const std::filesystem::path& path, uint64_t max_json_bytes);
+ShardSet discover_shards(const std::filesystem::path& path, uint64_t max_json_bytes);
 
 /// True when `name` is a relative path that cannot leave its directory.
 bool is_contained_name(const std::string& name);

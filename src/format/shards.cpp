@@ -1,10 +1,11 @@
-#include "format/layout.hpp"
+#include "format/shards.hpp"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "ctstream/error.hpp"
+#include "format/json.hpp"
 #include "io/file.hpp"
 
 namespace fs = std::filesystem;
@@ -29,14 +30,9 @@ fs::path find_index(const fs::path& dir) {
   return found.empty() ? fs::path{} : found.front();
 }
 
-void read_index(Layout& lay, const fs::path& dir, uint64_t max_json) {
+void read_index(ShardSet& lay, const fs::path& dir, uint64_t max_json) {
   const std::string file = lay.index_path.string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(io::read_small_file(lay.index_path, max_json));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::invalid_header, file, "", std::string("index is not valid JSON: ") + e.what());
-  }
+  const nlohmann::json j = parse_json(io::read_small_file(lay.index_path, max_json), ErrorKind::invalid_header, file, "index");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw Error(ErrorKind::invalid_header, file, "", "index has no \"weight_map\" object");
   std::map<std::string, uint32_t> shard_ids;
@@ -74,8 +70,8 @@ bool is_contained_name(const std::string& name) {
   return p.has_filename();
 }
 
-Layout discover_layout(const fs::path& path, uint64_t max_json) {
-  Layout lay;
+ShardSet discover_shards(const fs::path& path, uint64_t max_json) {
+  ShardSet lay;
   std::error_code ec;
   auto st = fs::status(path, ec);
   if (ec || !fs::exists(st)) throw Error(ErrorKind::io, path.string(), "", "no such file or directory");

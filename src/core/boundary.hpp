@@ -1,0 +1,29 @@
+// The public C++ API throws ctstream::Error and nothing else. Every entry point runs its body
+// through at_boundary(): an Error passes unchanged, an allocation failure becomes
+// Error{out_of_memory} and anything else (a bug) Error{internal}, named after the file and
+// tensor the call concerned.
+#pragma once
+#include <exception>
+#include <new>
+#include <string>
+
+#include "ctstream/error.hpp"
+
+namespace ctstream::detail {
+
+template <class F>
+auto at_boundary(const std::string& file, const std::string& tensor, F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorKind::out_of_memory, file, tensor, "out of memory");
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::internal, file, tensor, std::string("internal error (please report): ") + e.what());
+  } catch (...) {
+    throw Error(ErrorKind::internal, file, tensor, "internal error (please report): unknown exception");
+  }
+}
+
+}  // namespace ctstream::detail
