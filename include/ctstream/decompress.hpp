@@ -1,6 +1,7 @@
 // ctstream — decode a whole checkpoint into one plain safetensors file (what `ctstream
 // decompress` does), streaming: peak memory is the largest decoded tensor.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -16,12 +17,18 @@ struct DecompressOptions {
   std::optional<DType> dtype;
   /// Called after each tensor is written: (tensors done, total, that tensor).
   std::function<void(size_t, size_t, const TensorInfo&)> progress;
+  /// Polled between tensors; when it becomes true the call throws Error{io, "cancelled"} and
+  /// leaves nothing behind (e.g. set from a SIGINT handler).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 /// The dtype `t` is written as under `opt`.
 DType decompressed_dtype(const TensorInfo& t, const DecompressOptions& opt) noexcept;
 
-/// Decodes every tensor and writes `out` (temp file + rename). @return tensor bytes written.
+/// Decodes every tensor and writes `out` (temp file + rename). Each tensor is validated
+/// (Checkpoint::validate) before its buffer is sized, so a damaged one is reported without
+/// allocating its decoded size. `out` may not be one of the checkpoint's own files.
+/// @return tensor bytes written.
 uint64_t decompress_to_file(const Checkpoint& ckpt, const std::filesystem::path& out,
                             const DecompressOptions& opt = {});
 

@@ -1,11 +1,14 @@
 // ctstream — writes a plain safetensors file tensor by tensor. Data goes to a temporary file
-// beside the target that commit() fsyncs and renames into place: an error, an exception or a
-// crash never leaves a partial file under the final name.
+// beside the target (created exclusively under an unpredictable name: a file or link planted
+// there makes creation fail rather than being followed) that commit() fsyncs and renames into
+// place: an error, an exception or a crash never leaves a partial file under the final name, and
+// without commit() the temporary file is removed.
 #pragma once
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +17,9 @@
 #include "ctstream/tensor.hpp"
 
 namespace ctstream {
+namespace io {
+class TempFile;
+}
 
 class SafetensorsWriter {
  public:
@@ -38,11 +44,16 @@ class SafetensorsWriter {
   void commit();
 
  private:
-  std::filesystem::path out_, tmp_;
+  std::filesystem::path out_;
+  std::unique_ptr<io::TempFile> tmp_;  // null once committed
   std::vector<uint64_t> sizes_;
-  std::FILE* f_ = nullptr;
   uint64_t written_ = 0, expected_ = 0;
-  bool committed_ = false;
 };
+
+/// Removes every temporary file that a writer of this process (SafetensorsWriter,
+/// compress_checkpoint, decompress_to_file) has open. Async-signal-safe: for a signal handler
+/// that must end the process at once (a writer removes its own temporary files on error, on
+/// cancel and on destruction).
+void remove_temporary_outputs() noexcept;
 
 }  // namespace ctstream

@@ -62,7 +62,8 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
 
   /// The next tensor, decoded; nullopt after the last. Rethrows (as ctstream::Error) a decode
-  /// error at the tensor it concerns. The previous item's data is released by this call.
+  /// error at the tensor it concerns. The previous item's data is released by this call. Safe
+  /// to call from several threads: calls are served one at a time, each gets its own item.
   std::optional<Item> next();
   /// Number of tensors this stream delivers.
   size_t size() const noexcept;

@@ -48,6 +48,9 @@ static_assert(static_cast<int>(ctstream::DType::U64) == CTSTREAM_U64, "dtype enu
 static_assert(static_cast<int>(ctstream::DType::BF16) == CTSTREAM_BF16, "dtype enums out of step");
 static_assert(static_cast<int>(ctstream::ErrorKind::corrupt_tensor) + 1 == CTSTREAM_ERR_CORRUPT_TENSOR,
               "status enum out of step with ctstream::ErrorKind");
+static_assert(static_cast<int>(ctstream::ErrorKind::out_of_memory) + 1 == CTSTREAM_ERR_OUT_OF_MEMORY &&
+                  static_cast<int>(ctstream::ErrorKind::internal) + 1 == CTSTREAM_ERR_INTERNAL,
+              "status enum out of step with ctstream::ErrorKind");
 
 bool valid_dtype(int d) noexcept { return d >= 0 && d < kNumDTypes; }
 

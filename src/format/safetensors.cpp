@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <tuple>
-#include <unordered_set>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "core/checked.hpp"
 #include "ctstream/error.hpp"
+#include "format/json.hpp"
 
 namespace ctstream::format {
 namespace {
@@ -39,84 +40,68 @@ uint64_t parse_prefix(std::span<const std::byte> prefix, uint64_t file_size, uin
 namespace {
 
 // SAX handler for the header: builds StEntry values directly (no JSON DOM; opening a
-// 1,000-tensor checkpoint is dominated by this parse). Type checks are those of safetensors'
-// serde model: entries are objects with a string dtype, an array of non-negative integer shape
-// dims and a two-element data_offsets array; __metadata__ maps strings to strings.
+// 1,000-tensor checkpoint is dominated by this parse), with exactly the serde model of
+// safetensors 0.8 (safetensors/src/tensor.rs `HashMetadata`, `TensorInfo`, `Dtype`):
+//   * the root is an object; `__metadata__` is null or a map of string to string (a repeated key
+//     inside it keeps the last value; a second `__metadata__` is an error);
+//   * every other key is a tensor: an object with dtype, shape and data_offsets (unknown fields
+//     ignored whatever they hold, a repeated known field an error), or - serde's sequence form
+//     of a struct - an array of exactly those three values in that order; a tensor name given
+//     twice keeps its last entry (the serde map overwrites);
+//   * dtype is a variant name, or the map form {"F32": null}; shape a list of non-negative
+//     integers; data_offsets exactly two (a float, `-0` or a negative number is refused);
+//   * at most 127 nested containers (serde_json's recursion limit of 128), ignored fields too.
 class HeaderSax final : public nlohmann::json_sax<nlohmann::json> {
  public:
+  static constexpr size_t kMaxDepth = 127;
   HeaderSax(StHeader& h, const std::string& file) : h_(h), file_(file) {}
 
-  bool null() override { return scalar("null"); }
-  bool boolean(bool) override { return scalar("a boolean"); }
-  bool number_integer(number_integer_t v) override {
-    if (v >= 0) return number_unsigned(static_cast<number_unsigned_t>(v));
-    return scalar("a negative number");
+  bool null() override { return scalar(Scalar::null, "null"); }
+  bool boolean(bool) override { return scalar(Scalar::other, "a boolean"); }
+  bool number_integer(number_integer_t) override {
+    // nlohmann reports non-negative integers through number_unsigned; this one is negative or -0
+    return scalar(Scalar::other, "a negative number");
   }
   bool number_unsigned(number_unsigned_t v) override {
-    if (depth_ == 3 && array_) {
-      (field_ == Field::shape ? cur_.shape : offsets_).push_back(v);
+    if (!st_.empty() && (top() == F::shape || top() == F::offsets)) {
+      (top() == F::shape ? cur_.shape : offsets_).push_back(v);
       return true;
     }
-    return scalar("a number");
+    return scalar(Scalar::other, "a number");
   }
-  bool number_float(number_float_t, const string_t&) override { return scalar("a fraction"); }
-  bool binary(binary_t&) override { return scalar("binary"); }
+  bool number_float(number_float_t, const string_t&) override { return scalar(Scalar::other, "a fraction"); }
+  bool binary(binary_t&) override { return scalar(Scalar::other, "binary"); }
   bool string(string_t& v) override {
-    if (depth_ == 2 && meta_) {
+    if (!st_.empty() && top() == F::metadata) {
       h_.metadata[meta_key_] = v;
       return true;
     }
-    if (depth_ == 2 && field_ == Field::dtype) {
-      dtype_ = v;
-      has_dtype_ = true;
+    if (!st_.empty() && slot() == Slot::dtype) {
+      set_dtype(v);
+      advance();
       return true;
     }
-    return scalar("a string");
+    return scalar(Scalar::other, "a string");
   }
-  bool start_object(std::size_t) override {
-    if (depth_ == 1) {
-      if (key_ == "__metadata__") meta_ = true;
-      else cur_ = StEntry{key_, DType::U8, {}, 0, 0}, has_dtype_ = has_shape_ = has_offsets_ = false, offsets_.clear();
-    } else if (depth_ >= 2) {
-      nested("an object");
-    }
-    ++depth_;
-    return true;
-  }
-  bool end_object() override {
-    --depth_;
-    if (depth_ == 1) {
-      if (meta_) meta_ = false;
-      else finish_entry();
-    }
-    return true;
-  }
-  bool start_array(std::size_t) override {
-    if (depth_ == 2 && !meta_ && (field_ == Field::shape || field_ == Field::offsets)) {
-      array_ = true;
-      (field_ == Field::shape ? has_shape_ : has_offsets_) = true;
-    } else {
-      nested("an array");
-    }
-    ++depth_;
-    return true;
-  }
-  bool end_array() override {
-    --depth_;
-    array_ = false;
-    return true;
-  }
+  bool start_object(std::size_t) override { return open(true); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
   bool key(string_t& k) override {
-    if (depth_ == 1) {
-      if (!seen_.insert(k).second) fail(ErrorKind::invalid_header, file_, k, "tensor name appears twice in the header");
-      key_ = k;
-    } else if (depth_ == 2 && meta_) {
-      meta_key_ = k;
-    } else if (depth_ == 2) {
-      field_ = k == "dtype" ? Field::dtype : k == "shape" ? Field::shape : k == "data_offsets" ? Field::offsets : Field::other;
-      if (field_ == Field::shape && has_shape_) fail(ErrorKind::invalid_header, file_, key_, "shape given twice");
-      if (field_ == Field::offsets && has_offsets_) fail(ErrorKind::invalid_header, file_, key_, "data_offsets given twice");
-      if (field_ == Field::dtype && has_dtype_) fail(ErrorKind::invalid_header, file_, key_, "dtype given twice");
+    switch (top()) {
+      case F::root: key_ = k; break;
+      case F::metadata: meta_key_ = k; break;
+      case F::entry_obj: {
+        field_ = k == "dtype" ? Slot::dtype : k == "shape" ? Slot::shape : k == "data_offsets" ? Slot::offsets : Slot::other;
+        bool* seen = field_ == Slot::dtype ? &has_dtype_ : field_ == Slot::shape ? &has_shape_ : field_ == Slot::offsets ? &has_offsets_ : nullptr;
+        if (seen && *seen) fail(ErrorKind::invalid_header, file_, key_, "field '" + k + "' given twice");
+        break;
+      }
+      case F::dtype_map:
+        if (++map_keys_ > 1) fail(ErrorKind::invalid_header, file_, key_, "dtype map must have exactly one key");
+        set_dtype(k);
+        break;
+      default: break;
     }
     return true;
   }
@@ -125,63 +110,171 @@ class HeaderSax final : public nlohmann::json_sax<nlohmann::json> {
   }
 
  private:
-  enum class Field { other, dtype, shape, offsets };
-  // A scalar where a container (or another scalar type) was required.
-  bool scalar(const char* what) {
-    if (depth_ == 0) fail(ErrorKind::invalid_header, file_, "", "header is not a JSON object");
-    if (depth_ == 1)
-      fail(ErrorKind::invalid_header, file_, key_ == "__metadata__" ? "" : key_,
-           key_ == "__metadata__" ? "__metadata__ is not an object" : std::string("entry is ") + what + ", not an object");
-    if (depth_ == 2 && meta_)
-      fail(ErrorKind::invalid_header, file_, "", "__metadata__ value for '" + meta_key_ + "' is not a string");
-    if (depth_ == 2) {
-      if (field_ == Field::dtype) fail(ErrorKind::invalid_header, file_, key_, std::string("dtype is ") + what + ", not a string");
-      if (field_ == Field::shape) fail(ErrorKind::invalid_header, file_, key_, "shape is not an array");
-      if (field_ == Field::offsets) fail(ErrorKind::invalid_header, file_, key_, "data_offsets is not a [begin, end] pair");
-      return true;  // unknown fields are ignored, as serde does
-    }
-    if (depth_ == 3 && array_)
-      fail(ErrorKind::invalid_header, file_, key_,
-           std::string(field_ == Field::shape ? "shape" : "data_offsets") + " must hold non-negative integers, got " + what);
-    return true;  // inside an ignored field
+  // The containers being parsed, innermost last.
+  enum class F { root, metadata, entry_obj, entry_arr, dtype_map, shape, offsets, skip };
+  // What the next value inside an entry is.
+  enum class Slot { none, dtype, shape, offsets, other };
+  enum class Scalar { null, other };
+  F top() const { return st_.back(); }
+  // The entry field the next value fills (objects: by key; arrays: by position).
+  Slot slot() const {
+    if (top() == F::entry_obj) return field_;
+    if (top() == F::entry_arr) return pos_ == 0 ? Slot::dtype : pos_ == 1 ? Slot::shape : pos_ == 2 ? Slot::offsets : Slot::none;
+    return Slot::none;
   }
-  void nested(const char* what) {
-    if (depth_ == 2 && meta_)
-      fail(ErrorKind::invalid_header, file_, "", "__metadata__ value for '" + meta_key_ + "' is not a string");
-    if (depth_ == 2 && field_ == Field::dtype) fail(ErrorKind::invalid_header, file_, key_, std::string("dtype is ") + what);
-    if (depth_ == 2 && field_ == Field::shape) fail(ErrorKind::invalid_header, file_, key_, "shape is not an array");
-    if (depth_ == 2 && field_ == Field::offsets)
-      fail(ErrorKind::invalid_header, file_, key_, "data_offsets is not a [begin, end] pair");
-    if (depth_ == 3 && array_)
-      fail(ErrorKind::invalid_header, file_, key_,
-           std::string(field_ == Field::shape ? "shape" : "data_offsets") + " must hold non-negative integers, got " + what);
+  void advance() {  // a value of an entry array is complete: the next one fills the next slot
+    if (top() == F::entry_arr) ++pos_;
+  }
+  void set_dtype(const std::string& v) {
+    auto d = dtype_from_name(v);
+    if (!d) fail(ErrorKind::unknown_dtype, file_, key_, "unknown dtype '" + v + "'");
+    cur_.dtype = *d;
+    has_dtype_ = true;
+  }
+  void mark(Slot s) {
+    if (s == Slot::shape) has_shape_ = true;
+    if (s == Slot::offsets) has_offsets_ = true;
+  }
+  bool open(bool object) {
+    if (st_.size() >= kMaxDepth)
+      fail(ErrorKind::invalid_header, file_, "", "header nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (st_.empty()) {
+      if (!object) fail(ErrorKind::invalid_header, file_, "", "header is not a JSON object");
+      st_.push_back(F::root);
+      return true;
+    }
+    switch (top()) {
+      case F::root:
+        if (key_ == "__metadata__") {
+          if (!object) fail(ErrorKind::invalid_header, file_, "", "__metadata__ is not an object");
+          if (seen_meta_) fail(ErrorKind::invalid_header, file_, "", "__metadata__ given twice");
+          seen_meta_ = true;
+          h_.metadata.clear();
+          st_.push_back(F::metadata);
+        } else {
+          cur_ = StEntry{key_, DType::U8, {}, 0, 0};
+          has_dtype_ = has_shape_ = has_offsets_ = false;
+          offsets_.clear();
+          field_ = Slot::none;
+          pos_ = 0;
+          st_.push_back(object ? F::entry_obj : F::entry_arr);
+        }
+        return true;
+      case F::metadata:
+        fail(ErrorKind::invalid_header, file_, "", "__metadata__ value for '" + meta_key_ + "' is not a string");
+      case F::entry_obj:
+      case F::entry_arr: {
+        const Slot s = slot();
+        if (top() == F::entry_arr && s == Slot::none)
+          fail(ErrorKind::invalid_header, file_, key_, "entry array must be [dtype, shape, data_offsets]");
+        if (s == Slot::dtype && object) {
+          map_keys_ = 0;
+          st_.push_back(F::dtype_map);
+        } else if (s == Slot::dtype) {
+          fail(ErrorKind::invalid_header, file_, key_, "dtype is an array, not a string");
+        } else if ((s == Slot::shape || s == Slot::offsets) && !object) {
+          mark(s);
+          st_.push_back(s == Slot::shape ? F::shape : F::offsets);
+        } else if (s == Slot::shape) {
+          fail(ErrorKind::invalid_header, file_, key_, "shape is not an array");
+        } else if (s == Slot::offsets) {
+          fail(ErrorKind::invalid_header, file_, key_, "data_offsets is not a [begin, end] pair");
+        } else {
+          st_.push_back(F::skip);  // an unknown field: ignored, whatever it holds
+        }
+        return true;
+      }
+      case F::dtype_map: fail(ErrorKind::invalid_header, file_, key_, "dtype map value must be null");
+      case F::shape:
+      case F::offsets:
+        fail(ErrorKind::invalid_header, file_, key_,
+             std::string(top() == F::shape ? "shape" : "data_offsets") + " must hold non-negative integers, got " +
+                 (object ? "an object" : "an array"));
+      case F::skip: st_.push_back(F::skip); return true;
+    }
+    return true;
+  }
+  bool close() {
+    const F f = top();
+    st_.pop_back();
+    if (f == F::entry_obj || f == F::entry_arr) {
+      if (f == F::entry_arr && pos_ != 3)
+        fail(ErrorKind::invalid_header, file_, key_, "entry array must be [dtype, shape, data_offsets], it has " +
+                                                         std::to_string(pos_) + " elements");
+      finish_entry();
+    } else if (f == F::dtype_map) {
+      if (map_keys_ != 1) fail(ErrorKind::invalid_header, file_, key_, "dtype map must have exactly one key");
+      advance();
+    } else if (f == F::shape || f == F::offsets) {
+      advance();
+    }
+    return true;
+  }
+  // A scalar value (not a shape / offset integer, not a dtype or metadata string).
+  bool scalar(Scalar kind, const char* what) {
+    if (st_.empty()) fail(ErrorKind::invalid_header, file_, "", "header is not a JSON object");
+    switch (top()) {
+      case F::root:
+        if (key_ == "__metadata__") {
+          if (kind == Scalar::null) {  // `"__metadata__": null` = no metadata
+            if (seen_meta_) fail(ErrorKind::invalid_header, file_, "", "__metadata__ given twice");
+            seen_meta_ = true;
+            return true;
+          }
+          fail(ErrorKind::invalid_header, file_, "", "__metadata__ is not an object");
+        }
+        fail(ErrorKind::invalid_header, file_, key_, std::string("entry is ") + what + ", not an object");
+      case F::metadata:
+        fail(ErrorKind::invalid_header, file_, "", "__metadata__ value for '" + meta_key_ + "' is not a string");
+      case F::dtype_map:
+        if (kind != Scalar::null) fail(ErrorKind::invalid_header, file_, key_, "dtype map value must be null");
+        return true;
+      case F::shape:
+      case F::offsets:
+        fail(ErrorKind::invalid_header, file_, key_,
+             std::string(top() == F::shape ? "shape" : "data_offsets") + " must hold non-negative integers, got " + what);
+      case F::entry_obj:
+      case F::entry_arr:
+        switch (slot()) {
+          case Slot::dtype: fail(ErrorKind::invalid_header, file_, key_, std::string("dtype is ") + what + ", not a string");
+          case Slot::shape: fail(ErrorKind::invalid_header, file_, key_, "shape is not an array");
+          case Slot::offsets: fail(ErrorKind::invalid_header, file_, key_, "data_offsets is not a [begin, end] pair");
+          case Slot::none: fail(ErrorKind::invalid_header, file_, key_, "entry array must be [dtype, shape, data_offsets]");
+          case Slot::other: return true;  // an unknown field, ignored
+        }
+        return true;
+      case F::skip: return true;
+    }
+    return true;
   }
   void finish_entry() {
     const std::string& name = cur_.name;
-    if (!has_dtype_ || !has_shape_ || !has_offsets_)
-      fail(ErrorKind::invalid_header, file_, name, "entry needs dtype, shape and data_offsets");
-    auto dtype = dtype_from_name(dtype_);
-    if (!dtype) fail(ErrorKind::unknown_dtype, file_, name, "unknown dtype '" + dtype_ + "'");
+    if (!has_dtype_) fail(ErrorKind::invalid_header, file_, name, "entry has no dtype");
+    if (!has_shape_) fail(ErrorKind::invalid_header, file_, name, "entry has no shape");
+    if (!has_offsets_) fail(ErrorKind::invalid_header, file_, name, "entry has no data_offsets");
     if (offsets_.size() != 2) fail(ErrorKind::invalid_header, file_, name, "data_offsets is not a [begin, end] pair");
-    cur_.dtype = *dtype;
     cur_.begin = offsets_[0];
     cur_.end = offsets_[1];
     if (cur_.end < cur_.begin)
       fail(ErrorKind::invalid_header, file_, name,
            "data_offsets end " + std::to_string(cur_.end) + " is before begin " + std::to_string(cur_.begin));
-    h_.entries.push_back(std::move(cur_));
+    // A name given twice keeps its last entry (safetensors' serde map overwrites the first).
+    auto [it, fresh] = index_.emplace(name, h_.entries.size());
+    if (fresh) h_.entries.push_back(std::move(cur_));
+    else h_.entries[it->second] = std::move(cur_);
   }
 
   StHeader& h_;
   const std::string& file_;
-  int depth_ = 0;
-  bool meta_ = false, array_ = false;
-  std::string key_, meta_key_, dtype_;
-  Field field_ = Field::other;
+  std::vector<F> st_;
+  std::string key_, meta_key_;
+  Slot field_ = Slot::none;
+  size_t pos_ = 0, map_keys_ = 0;
+  bool seen_meta_ = false;
   StEntry cur_{};
   bool has_dtype_ = false, has_shape_ = false, has_offsets_ = false;
   std::vector<uint64_t> offsets_;
-  std::unordered_set<std::string> seen_;
+  std::unordered_map<std::string, size_t> index_;
 };
 
 }  // namespace
@@ -195,8 +288,8 @@ StHeader parse_header(std::string_view json, uint64_t header_len, uint64_t file_
     size_t i = 0;
     while (i < json.size() && (json[i] == ' ' || json[i] == '\t' || json[i] == '\n' || json[i] == '\r')) ++i;
     if (i == json.size() || json[i] != '{') {
-      // Valid JSON of the wrong shape, or not JSON at all: a full parse tells which.
-      const bool valid = !nlohmann::json::parse(json.begin(), json.end(), nullptr, false).is_discarded();
+      // Valid JSON of the wrong shape, or not JSON at all: a (DOM-free) SAX pass tells which.
+      const bool valid = json_depth_ok(json, HeaderSax::kMaxDepth);
       fail(ErrorKind::invalid_header, file, "", valid ? "header is not a JSON object" : "header is not valid JSON");
     }
     HeaderSax sax(h, file);

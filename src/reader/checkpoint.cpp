@@ -124,6 +124,13 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
     if (!detail::checked_numel(t.shape) || !detail::checked_mul(*detail::checked_numel(t.shape), 64))
       throw Error(ErrorKind::overflow, ck->paths.at(t.parts.front().file).string(), t.name,
                   "logical shape product overflows 64 bits");
+    // Every layout the format table admits stores at least 1 byte per 16 elements (1-bit codes
+    // pack 8 per byte, a bitmask 8 per byte): a tensor that claims more elements than that is a
+    // layout the table failed to bound, and would make callers allocate without limit.
+    if (t.numel() > 16 * t.stored_bytes() + 16)
+      throw Error(ErrorKind::corrupt_tensor, ck->paths.at(t.parts.front().file).string(), t.name,
+                  "claims " + std::to_string(t.numel()) + " elements but stores only " + std::to_string(t.stored_bytes()) +
+                      " bytes");
     ck->by_name.emplace(t.name, i);
   }
   return Checkpoint(std::move(ck));

@@ -2,6 +2,7 @@
 // split across the Checkpoint's OpenMP threads) into a FIFO ring bounded by the budget.
 #include "ctstream/stream.hpp"
 
+#include "core/boundary.hpp"
 #include "io/memory.hpp"
 #include "reader/internal.hpp"
 
@@ -19,24 +20,53 @@
 namespace ctstream {
 
 uint64_t parse_bytes(const std::string& text) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (...) {
-    pos = 0;
+  // Grammar: DIGITS [. DIGITS] [spaces] [UNIT]. No sign, exponent, hex, "nan" or "inf" (std::stod
+  // took them all, and 1e30GB then converted out of range to an undefined integer).
+  auto bad = [&](const std::string& why) -> uint64_t {
+    throw Error(ErrorKind::invalid_argument, "", "", "'" + text + "' is not a byte count: " + why);
+  };
+  size_t i = 0;
+  const size_t n = text.size();
+  while (i < n && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  const size_t int_begin = i;
+  while (i < n && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  const std::string int_part = text.substr(int_begin, i - int_begin);
+  std::string frac_part;
+  if (i < n && text[i] == '.') {
+    const size_t f = ++i;
+    while (i < n && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    frac_part = text.substr(f, i - f);
   }
-  std::string unit = text.substr(pos);
-  unit.erase(std::remove_if(unit.begin(), unit.end(), [](unsigned char c) { return std::isspace(c); }), unit.end());
+  if (int_part.empty() && frac_part.empty()) return bad("expected a number such as 512MB or 1.5GiB");
+  while (i < n && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  std::string unit = text.substr(i);
+  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.back()))) unit.pop_back();
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  static const std::pair<const char*, double> units[] = {
-      {"", 1},          {"B", 1},           {"K", 1e3},          {"KB", 1e3},        {"M", 1e6},
-      {"MB", 1e6},      {"G", 1e9},         {"GB", 1e9},         {"T", 1e12},        {"TB", 1e12},
-      {"KIB", 1024.0},  {"MIB", 1048576.0}, {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
-  if (pos == 0 || v < 0) throw Error(ErrorKind::invalid_argument, "", "", "'" + text + "' is not a byte count");
+  static const std::pair<const char*, uint64_t> units[] = {
+      {"", 1},           {"B", 1},           {"K", 1000},           {"KB", 1000},          {"M", 1000000},
+      {"MB", 1000000},   {"G", 1000000000},  {"GB", 1000000000},    {"T", 1000000000000},  {"TB", 1000000000000},
+      {"KIB", 1ull << 10}, {"MIB", 1ull << 20}, {"GIB", 1ull << 30}, {"TIB", 1ull << 40}};
+  uint64_t mult = 0;
   for (const auto& [u, m] : units)
-    if (unit == u) return static_cast<uint64_t>(v * m);
-  throw Error(ErrorKind::invalid_argument, "", "", "unknown unit in byte count '" + text + "' (use KB/MB/GB or KiB/MiB/GiB)");
+    if (unit == u) mult = m;
+  if (!mult) return bad("unknown unit '" + text.substr(i) + "' (use B, KB/MB/GB/TB or KiB/MiB/GiB/TiB)");
+  // Exact integer arithmetic: int_part * mult + frac_part * mult / 10^digits, capped at 2^62.
+  constexpr uint64_t kMax = uint64_t{1} << 62;
+  __extension__ typedef unsigned __int128 u128;
+  uint64_t whole = 0;
+  for (char c : int_part) {
+    whole = whole * 10 + static_cast<uint64_t>(c - '0');
+    if (whole > kMax) return bad("larger than 2^62 bytes");
+  }
+  u128 total = static_cast<u128>(whole) * mult;
+  u128 frac_num = 0, frac_den = 1;
+  for (size_t k = 0; k < frac_part.size() && k < 18; ++k) {
+    frac_num = frac_num * 10 + static_cast<unsigned>(frac_part[k] - '0');
+    frac_den *= 10;
+  }
+  total += frac_num * mult / frac_den;
+  if (total > kMax) return bad("larger than 2^62 bytes");
+  return static_cast<uint64_t>(total);
 }
 
 struct Stream::Impl {
@@ -61,6 +91,8 @@ struct Stream::Impl {
   uint64_t held = 0, peak = 0;
 
   std::mutex mu;
+  std::mutex next_mu;  // serialises next() callers
+  std::exception_ptr fatal;  // the worker stopped on this (not a per-tensor decode error)
   std::condition_variable cv_space, cv_ready;
   bool stop = false;
   std::thread worker;
@@ -72,7 +104,15 @@ struct Stream::Impl {
       for (const auto& n : opt.order) order.push_back(&ck.at(n));
     }
     if (!opt.destination && opt.budget_bytes > 0) ring = io::AnonBuffer(opt.budget_bytes);
-    worker = std::thread([this] { run(); });
+    worker = std::thread([this] {
+      try {
+        run();
+      } catch (...) {  // never let an exception end the process from the worker thread
+        std::lock_guard<std::mutex> lk(mu);
+        fatal = std::current_exception();
+      }
+      cv_ready.notify_all();
+    });
   }
   ~Impl() {
     {
@@ -223,6 +263,9 @@ struct Stream::Impl {
   }
 
   std::optional<Item> next() {
+    // Consumers are served one at a time: a second thread waits here until the first has its
+    // item (which then stays valid until the next call to next(), from any thread).
+    std::lock_guard<std::mutex> one_consumer(next_mu);
     std::unique_lock<std::mutex> lk(mu);
     if (has_current) {  // the consumer is done with the previous item
       const TensorInfo& prev = *order[delivered - 1];
@@ -235,7 +278,8 @@ struct Stream::Impl {
       lk.lock();
     }
     if (delivered == order.size()) return std::nullopt;
-    cv_ready.wait(lk, [&] { return !slots.empty() && slots.front().ready; });
+    cv_ready.wait(lk, [&] { return (!slots.empty() && slots.front().ready) || fatal; });
+    if (slots.empty() || !slots.front().ready) std::rethrow_exception(fatal);
     Slot& s = slots.front();
     ++delivered;
     has_current = true;
@@ -244,9 +288,12 @@ struct Stream::Impl {
   }
 };
 
-Stream::Stream(const Checkpoint& ckpt, StreamOptions options) : impl_(std::make_unique<Impl>(ckpt, std::move(options))) {}
+Stream::Stream(const Checkpoint& ckpt, StreamOptions options)
+    : impl_(detail::at_boundary("", "", [&] { return std::make_unique<Impl>(ckpt, std::move(options)); })) {}
 Stream::~Stream() = default;
-std::optional<Stream::Item> Stream::next() { return impl_->next(); }
+std::optional<Stream::Item> Stream::next() {
+  return detail::at_boundary("", "", [&] { return impl_->next(); });
+}
 size_t Stream::size() const noexcept { return impl_->order.size(); }
 uint64_t Stream::peak_held_bytes() const noexcept {
   std::lock_guard<std::mutex> lk(impl_->mu);

@@ -28,6 +28,7 @@
 #include "format/format_table.hpp"
 #include "format/scheme.hpp"
 #include "format/targets.hpp"
+#include "io/output.hpp"
 #include "writer/quantize.hpp"
 
 namespace ctstream {
@@ -267,14 +268,12 @@ void fsync_dir(const fs::path& d) {
   }
 }
 
+/// Writes a small file exclusively (a name that exists, a planted link included, is an error).
 void write_text(const fs::path& p, const std::string& text) {
-  std::FILE* f = std::fopen(p.c_str(), "wb");
-  if (!f) fail(ErrorKind::io, p.string(), "", std::string("cannot create: ") + std::strerror(errno));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-                  ::fsync(::fileno(f)) == 0;
-  const int err = errno;
-  if (std::fclose(f) != 0 || !ok)
-    fail(ErrorKind::io, p.string(), "", std::string("write failed: ") + std::strerror(ok ? errno : err));
+  io::TempFile f(p.parent_path(), p.filename().string());
+  if (std::fwrite(text.data(), 1, text.size(), f.stream()) != text.size())
+    fail(ErrorKind::io, p.string(), "", std::string("write failed: ") + std::strerror(errno));
+  f.commit_to(p);
 }
 
 /// Removes the temporary output directory unless released.
@@ -383,18 +382,31 @@ void Job::prepare_output() {
   std::error_code ec;
   if (!fs::is_directory(parent, ec))
     fail(ErrorKind::io, out_.string(), "", "parent directory " + parent.string() + " does not exist");
+  // OUT may neither be IN, contain IN (replacing OUT would delete the input) nor lie inside IN
+  // (the output would be read back as input); compared on resolved paths, links followed.
+  const fs::path in_c = fs::weakly_canonical(in_, ec), out_c = fs::weakly_canonical(out_, ec);
+  auto within = [](const fs::path& inner, const fs::path& outer) {  // inner is outer or below it
+    std::string i = inner.generic_string(), o = outer.generic_string();
+    while (o.size() > 1 && o.back() == '/') o.pop_back();
+    while (i.size() > 1 && i.back() == '/') i.pop_back();
+    return i == o || (i.size() > o.size() && i.compare(0, o.size(), o) == 0 && (o == "/" || i[o.size()] == '/'));
+  };
+  if (within(in_c, out_c))
+    fail(ErrorKind::invalid_argument, out_.string(), "",
+         in_c == out_c ? "output directory is the input" : "output directory contains the input " + in_.string() +
+                                                               " (replacing it would delete the input)");
+  if (within(out_c, in_c))
+    fail(ErrorKind::invalid_argument, out_.string(), "", "output directory lies inside the input " + in_.string());
   if (fs::exists(out_, ec)) {
     if (!fs::is_directory(out_, ec)) fail(ErrorKind::io, out_.string(), "", "exists and is not a directory");
-    if (fs::equivalent(out_, in_, ec)) fail(ErrorKind::invalid_argument, out_.string(), "", "output directory is the input");
     if (!fs::is_empty(out_, ec) && !o_.overwrite)
       fail(ErrorKind::io, out_.string(), "", "output directory exists and is not empty (pass --overwrite to replace it)");
   }
-  std::mt19937_64 rng{std::random_device{}()};
-  tmp_ = parent / ("." + out_.filename().string() + ".ctstream-tmp-" + std::to_string(::getpid()) + "-" +
-                   std::to_string(rng() % 1000000));
-  if (!fs::create_directory(tmp_, ec) || ec)
-    fail(ErrorKind::io, out_.string(), "", "output directory is not writable: cannot create " + tmp_.string() + ": " +
-         (ec ? ec.message() : std::string("already exists")));
+  try {
+    tmp_ = io::make_temp_dir(parent, out_.filename().string(), "tmp");
+  } catch (const Error& e) {
+    fail(ErrorKind::io, out_.string(), "", std::string("output directory is not writable: ") + e.what());
+  }
   guard_.path = tmp_;
 }
 
@@ -870,7 +882,7 @@ void Job::commit() {
     if (fs::is_empty(out_, ec)) {
       fs::remove(out_, ec);
     } else {
-      old = tmp_.parent_path() / ("." + out_.filename().string() + ".ctstream-old-" + std::to_string(::getpid()));
+      old = tmp_.parent_path() / ("." + out_.filename().string() + ".ctstream-old-" + io::random_token());
       fs::rename(out_, old, ec);
     }
     if (ec) fail(ErrorKind::io, out_.string(), "", "cannot replace the existing output directory: " + ec.message());

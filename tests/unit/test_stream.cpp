@@ -122,4 +122,11 @@ TEST_CASE("byte counts parse with decimal and binary units", "[stream]") {
   CHECK(parse_bytes("64 MiB") == 67108864ull);
   CHECK_THROWS_AS(parse_bytes("lots"), Error);
   CHECK_THROWS_AS(parse_bytes("5XB"), Error);
+  // Only plain decimal numbers: what std::stod also took is refused, not converted.
+  for (const char* bad : {"nan", "NaN MB", "inf", "infGB", "1e30GB", "1e3", "-1", "-0.5GB", "+5MB", "0x10", "",
+                          "  ", "1.5.5", ".", "MB", "4611686018427387905", "5000000000GB", "1 2"})
+    CHECK_THROWS_AS(parse_bytes(bad), Error);
+  CHECK(parse_bytes(".5KiB") == 512ull);
+  CHECK(parse_bytes("4611686018427387904") == (1ull << 62));
+  CHECK(parse_bytes(" 3 kb ") == 3000ull);
 }

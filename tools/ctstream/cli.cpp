@@ -1,5 +1,7 @@
 #include "cli.hpp"
 
+#include <csignal>
+
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -94,5 +96,34 @@ double now_seconds() {
 }
 
 bool stdout_is_terminal() { return ::isatty(1) != 0; }
+
+namespace {
+std::atomic<bool> g_cancel{false};
+volatile std::sig_atomic_t g_signals = 0;
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+struct sigaction g_old[3];
+extern "C" void on_cancel_signal(int sig) {
+  g_cancel.store(true);
+  g_signals = g_signals + 1;
+  if (g_signals >= 2) {  // asked twice: stop now, leaving no temporary file behind
+    ctstream::remove_temporary_outputs();
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+}
+}  // namespace
+
+SignalCancel::SignalCancel() {
+  g_cancel = false;
+  g_signals = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_cancel_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &g_old[i]);
+}
+SignalCancel::~SignalCancel() {
+  for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &g_old[i], nullptr);
+}
+const std::atomic<bool>* SignalCancel::flag() const noexcept { return &g_cancel; }
 
 }  // namespace cli

@@ -1,5 +1,6 @@
 // ctstream CLI — shared helpers: argument parsing, number formatting, resource usage.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -34,6 +35,19 @@ ctstream::DType parse_dtype(const std::string& s);
 uint64_t peak_rss_bytes();
 double now_seconds();
 bool stdout_is_terminal();
+
+/// While alive, SIGINT / SIGTERM / SIGHUP set flag(): the library stops at its next tensor and
+/// removes its temporary output. A second signal removes every temporary file at once and ends
+/// the process with the signal's default action. The previous handlers come back afterwards.
+class SignalCancel {
+ public:
+  SignalCancel();
+  ~SignalCancel();
+  SignalCancel(const SignalCancel&) = delete;
+  SignalCancel& operator=(const SignalCancel&) = delete;
+  const std::atomic<bool>* flag() const noexcept;
+  bool cancelled() const noexcept { return flag()->load(); }
+};
 
 int cmd_inspect(int argc, char** argv);
 int cmd_decompress(int argc, char** argv);

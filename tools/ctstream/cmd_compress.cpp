@@ -25,8 +25,6 @@
 namespace cli {
 namespace {
 
-std::atomic<bool> g_cancel{false};
-extern "C" void on_signal(int) { g_cancel.store(true); }
 
 ctstream::Format parse_format(const std::string& s) {
   static const std::map<std::string, ctstream::Format> m = {
@@ -201,26 +199,14 @@ int cmd_compress(int argc, char** argv) {
       std::fflush(stderr);
     };
   }
-  g_cancel = false;
-  opt.cancel = &g_cancel;
-  struct sigaction sa{}, old_int{}, old_term{};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  struct Restore {
-    struct sigaction i, t;
-    ~Restore() {
-      sigaction(SIGINT, &i, nullptr);
-      sigaction(SIGTERM, &t, nullptr);
-    }
-  } restore{old_int, old_term};
+  SignalCancel signals;
+  opt.cancel = signals.flag();
 
   ctstream::CompressReport rep;
   try {
     rep = ctstream::compress_checkpoint(a.pos[0], a.pos[1], opt);
   } catch (const ctstream::Error& e) {
-    if (g_cancel.load()) {
+    if (signals.cancelled()) {
       if (tty && !quiet) std::fprintf(stderr, "\n");
       std::fprintf(stderr, "ctstream compress: interrupted; no output was written\n");
       return 130;

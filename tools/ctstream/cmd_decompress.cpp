@@ -17,8 +17,20 @@ int cmd_decompress(int argc, char** argv) {
       std::printf("\rdecompressing %zu/%zu", done, total);
       std::fflush(stdout);
     };
+  SignalCancel signals;
+  opt.cancel = signals.flag();
   const double t0 = now_seconds();
-  const uint64_t bytes = ctstream::decompress_to_file(ckpt, a.pos[1], opt);
+  uint64_t bytes = 0;
+  try {
+    bytes = ctstream::decompress_to_file(ckpt, a.pos[1], opt);
+  } catch (const ctstream::Error&) {
+    if (tty) std::printf("\n");
+    if (signals.cancelled()) {
+      std::fprintf(stderr, "ctstream decompress: interrupted; no output was written\n");
+      return 130;
+    }
+    throw;
+  }
   const double dt = now_seconds() - t0;
   if (tty) std::printf("\n");
   if (!a.has("--quiet"))

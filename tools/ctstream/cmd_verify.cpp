@@ -19,6 +19,7 @@ int cmd_verify(int argc, char** argv) {
       // Floats are checked through an F32 decode (finite-ness); other dtypes decode as stored.
       const bool is_float = ctstream::is_float_output(t.dtype) || t.format != ctstream::Format::dense;
       const ctstream::DType out = is_float ? ctstream::DType::F32 : t.dtype;
+      ckpt.validate(t);  // a damaged tensor is reported before its decoded size is allocated
       buf.resize(t.decoded_bytes(out));
       bytes += ckpt.decode_into(t, buf, out);
       if (is_float) {

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -242,22 +243,28 @@ class TensorIter {
       : ck_(std::move(ck)), dtype_(dtype), budget_(budget), threads_(threads), st_(std::make_unique<State>()) {}
 
   nb::tuple decode_next() {
-    if (!st_->stream) start();
     std::optional<ctstream::Stream::Item> item;
+    void* p = nullptr;
     {
+      // Any number of Python threads may advance one iterator: they take turns (the lock is
+      // taken with the GIL released, so a thread waiting for it never blocks the holder).
       nb::gil_scoped_release unlocked;
+      std::lock_guard<std::mutex> turn(st_->next_mu);
+      if (!st_->stream) start();
       item = st_->stream->next();  // rethrows a decode error at its tensor
+      if (item) {
+        p = take(item->info);
+        ++st_->delivered;
+      }
     }
     if (!item) throw nb::stop_iteration();
-    ++delivered_;
-    void* p = take(item->info);
     nb::capsule owner(p, [](void* q) noexcept { out_free(q); });
     const Buffer b{static_cast<std::byte*>(p), std::move(owner)};
     const TensorInfo& t = *item->info;
     return nb::make_tuple(t.name, make_array(b, item->dtype, {t.shape.begin(), t.shape.end()}, item->data.size()),
                           std::string(ctstream::dtype_name(item->dtype)));
   }
-  size_t remaining() const { return ck_->tensors().size() - delivered_; }
+  size_t remaining() const { return ck_->tensors().size() - st_->delivered; }
   uint64_t budget() const { return budget_; }
   unsigned threads() const { return threads_; }
 
@@ -288,6 +295,8 @@ class TensorIter {
   }
   // Shared with the stream's worker; kept at a stable address so the iterator can move.
   struct State {
+    std::mutex next_mu;  // one decode_next() at a time
+    std::atomic<size_t> delivered{0};
     std::mutex mu;
     std::unordered_map<const TensorInfo*, void*> pending;  // allocated, not yet handed to Python
     std::unique_ptr<ctstream::Stream> stream;
@@ -301,7 +310,6 @@ class TensorIter {
   std::optional<DType> dtype_;
   uint64_t budget_;   // bytes decoded ahead of the consumer (0: 512 MiB)
   unsigned threads_;
-  size_t delivered_ = 0;
   std::unique_ptr<State> st_;
 };
 
