@@ -268,6 +268,14 @@ ctstream_status ctstream_decode_into(const ctstream_checkpoint* ckpt, const char
   });
 }
 
+ctstream_status ctstream_validate(const ctstream_checkpoint* ckpt, const char* name) {
+  if (!ckpt || !name) return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_validate: NULL argument");
+  return guarded([&] {
+    ckpt->ck.validate(ckpt->ck.at(name));
+    return CTSTREAM_OK;
+  });
+}
+
 ctstream_status ctstream_read_part(const ctstream_checkpoint* ckpt, size_t tensor_index, uint32_t part, void* out,
                                    uint64_t out_size, uint64_t* written) {
   if (written) *written = 0;

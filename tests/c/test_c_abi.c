@@ -240,6 +240,57 @@ static void test_basics(void) {
   CHECK(ctstream_dtype_from_name("int3", &d) == CTSTREAM_ERR_UNKNOWN_DTYPE, "parse int3");
 }
 
+/* Every hostile case (tests/fixtures/hostile/manifest.tsv: case, kind, stage, tensor) in both io
+ * modes: the expected status at the expected stage, a message naming the file, never a crash. */
+static void test_hostile(const char* fixtures) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/hostile/manifest.tsv", fixtures);
+  FILE* f = fopen(path, "r");
+  CHECK(f != NULL, "cannot open %s", path);
+  if (!f) return;
+  char line[8192];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) {
+    char name[512], kind[64], stage[16], tensor[4096];
+    if (sscanf(line, "%511[^\t]\t%63[^\t]\t%15[^\t]\t%4095[^\n]", name, kind, stage, tensor) != 4) continue;
+    ++n;
+    for (int io = 0; io < 2; ++io) {
+      char dir[8192];
+      snprintf(dir, sizeof dir, "%s/hostile/%s", fixtures, name);
+      ctstream_open_options o;
+      ctstream_open_options_init(&o);
+      o.io = io ? CTSTREAM_IO_PREAD : CTSTREAM_IO_MMAP;
+      ctstream_checkpoint* ck = NULL;
+      int st = ctstream_open(dir, &o, &ck);
+      const int opened = st == CTSTREAM_OK;
+      for (size_t i = 0; opened && st == CTSTREAM_OK && i < ctstream_tensor_count(ck); ++i) {
+        ctstream_tensor_info t;
+        st = ctstream_tensor_at(ck, i, &t);
+        if (st != CTSTREAM_OK) break;
+        if (strcmp(kind, "ok") != 0 && strcmp(tensor, "-") != 0 && strcmp(tensor, t.name) != 0) continue;
+        st = ctstream_validate(ck, t.name);
+        if (st != CTSTREAM_OK) break;
+        const int is_float = t.dtype == CTSTREAM_F32 || t.dtype == CTSTREAM_F16 || t.dtype == CTSTREAM_BF16;
+        const ctstream_dtype d = is_float || t.quantized ? CTSTREAM_F32 : t.dtype;
+        uint64_t size = 0;
+        st = ctstream_decoded_size(ck, t.name, d, NULL, &size);
+        if (st != CTSTREAM_OK) break;
+        void* buf = malloc(size ? size : 1);
+        st = ctstream_decode_into(ck, t.name, buf, size, d, NULL, NULL);
+        free(buf);
+      }
+      const char* got = ctstream_status_name(st);
+      CHECK(strcmp(got, kind) == 0, "hostile %s (%s): status %s, want %s: %s", name, io ? "pread" : "mmap", got, kind,
+            ctstream_last_error());
+      CHECK(opened == (strcmp(stage, "decode") == 0), "hostile %s: refused at the wrong stage (%s)", name, ctstream_last_error());
+      if (st != CTSTREAM_OK) CHECK(strstr(ctstream_last_error(), "/") != NULL, "hostile %s: message names no file", name);
+      ctstream_close(ck);
+    }
+  }
+  fclose(f);
+  CHECK(n >= 80, "hostile cases read: %d", n);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s FIXTURES_DIR\n", argv[0]);
@@ -248,6 +299,7 @@ int main(int argc, char** argv) {
   const char* fixtures = argv[1];
   test_basics();
   test_errors(fixtures);
+  test_hostile(fixtures);
 
   char root[4096];
   snprintf(root, sizeof root, "%s/ct", fixtures);

@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define CTSTREAM_C_ABI_VERSION 1
+#define CTSTREAM_C_ABI_VERSION 2
 
 /** Result of every fallible call. The non-zero values mirror ctstream::ErrorKind, plus the last
  *  two for faults that only the C boundary has. */
@@ -176,6 +176,10 @@ CTSTREAM_API ctstream_status ctstream_decoded_size(const ctstream_checkpoint* ck
 CTSTREAM_API ctstream_status ctstream_decode_into(const ctstream_checkpoint* ckpt, const char* name,
                                                   void* out, uint64_t out_size, ctstream_dtype dtype,
                                                   const ctstream_slice* slice, uint64_t* written);
+/** Runs every check ctstream_decode_into would run on `name`'s stored data (mask popcounts,
+ *  row offsets, act-order indices, a file truncated since open, ...) without decoding it or
+ *  allocating anything its size: check a tensor before sizing a buffer for it. (ABI version 2.) */
+CTSTREAM_API ctstream_status ctstream_validate(const ctstream_checkpoint* ckpt, const char* name);
 /** Copies the raw stored bytes of one part (keep-packed passthrough) into out[0, out_size). */
 CTSTREAM_API ctstream_status ctstream_read_part(const ctstream_checkpoint* ckpt, size_t tensor_index,
                                                 uint32_t part, void* out, uint64_t out_size,

@@ -286,13 +286,12 @@ class Checkpoint:
         return self._n.metadata(file)
 
     # -- data
-    def tensors(self, dtype: Any = None) -> Iterator[Tuple[str, Any]]:
+    def tensors(self, dtype: Any = None) -> "TensorIterator":
         """Yields ``(name, tensor)`` for every tensor, decoded, in iteration order. Each tensor
         is a fresh array you own; file pages of each tensor are dropped once it is decoded, so
-        resident memory stays about the tensors you keep plus one being decoded."""
-        fw = self._fw
-        for name, arr, dt in self._n.iter(_dtype_str(dtype)):
-            yield name, _wrap(arr, dt, fw)
+        resident memory stays about the tensors you keep plus one being decoded. The iterator
+        may be shared by several threads: each ``next()`` hands out a different tensor."""
+        return TensorIterator(self._n.iter(_dtype_str(dtype)), self._fw)
 
     def get(self, name: str, dtype: Any = None, out: Any = None):
         """Decodes one tensor. With ``out=`` it is written into that torch tensor / numpy array
@@ -330,6 +329,27 @@ class Checkpoint:
 
 
 _NO_STOP = 2**64 - 1
+
+
+class TensorIterator:
+    """Iterator over ``(name, tensor)`` (see ``Checkpoint.tensors``): decodes ahead on a worker
+    within the checkpoint's budget. Safe to advance from several threads (unlike a generator)."""
+
+    __slots__ = ("_it", "_fw")
+
+    def __init__(self, native_iter, framework: str):
+        self._it = native_iter
+        self._fw = framework
+
+    def __iter__(self) -> "TensorIterator":
+        return self
+
+    def __next__(self) -> Tuple[str, Any]:
+        name, arr, dt = next(self._it)
+        return name, _wrap(arr, dt, self._fw)
+
+    def __length_hint__(self) -> int:
+        return self._it.__length_hint__()
 
 
 class TensorSlice:
