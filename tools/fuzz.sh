@@ -1,15 +1,84 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer target with clang (+ ASan/UBSan) into build-fuzz and fuzzes the whole
-# open + decode path for ${1:-60} seconds from the fixture seed corpus. Exit 1 on any finding.
+# libFuzzer targets (tests/fuzz/, one per entry point a file controls), built with clang + ASan +
+# UBSan into build-fuzz/.
+#
+#   tools/fuzz.sh [smoke] [SECONDS]      CI: replay every committed corpus (tests/fuzz/corpus/<t>),
+#                                        then fuzz each target SECONDS (default 10). Exit 1 on any
+#                                        finding (artifacts in build-fuzz/findings/).
+#   tools/fuzz.sh campaign TARGET SECONDS [JOBS]
+#                                        a long run of one target from the committed corpus plus the
+#                                        fixture seeds; merges what it found back into the committed
+#                                        corpus (minimized) and appends executions / coverage to
+#                                        tests/fuzz/campaigns.tsv (the README table sums them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-secs=${1:-60}
-command -v clang++ >/dev/null || { bash tools/setup.sh; }
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCTSTREAM_FUZZ=ON \
-  -DCTSTREAM_BUILD_TESTS=OFF -DCTSTREAM_BUILD_BENCH=OFF >/dev/null
-cmake --build build-fuzz -j"$(nproc)" --target fuzz_checkpoint >/dev/null
-corpus=build-fuzz/corpus
-bash tests/fuzz/make_corpus.sh "$corpus"
-mkdir -p build-fuzz/findings
-build-fuzz/bin/fuzz_checkpoint -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
-  -artifact_prefix=build-fuzz/findings/ -print_final_stats=1 "$corpus" 2>&1 | tail -n 12
+TARGETS=(checkpoint header config shards decode differential writer)
+mode=smoke
+if [ "${1:-}" = smoke ] || [ "${1:-}" = campaign ]; then mode=$1; shift; fi
+command -v clang++ >/dev/null || bash tools/setup.sh
+if [ ! -f build-fuzz/CMakeCache.txt ]; then
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCTSTREAM_FUZZ=ON \
+    -DCTSTREAM_BUILD_TESTS=OFF -DCTSTREAM_BUILD_BENCH=OFF >/dev/null
+fi
+cmake --build build-fuzz -j"$(nproc)" --target "${TARGETS[@]/#/fuzz_}" >/dev/null
+mkdir -p build-fuzz/findings build-fuzz/seeds
+[ -d build-fuzz/seeds/header ] || bash tests/fuzz/make_corpus.sh build-fuzz/seeds
+COMMON=(-max_len=65536 -rss_limit_mb=2048 -timeout=10 -dict=tests/fuzz/ctstream.dict -print_final_stats=1)
+
+extra() {  # per-target flags: the writer round trip is slow; plain (non-entropic) scheduling doubles it
+  [ "$1" = writer ] && echo "-entropic=0" || true
+}
+
+stat() {  # stat NAME LOG -> the number libFuzzer printed for it
+  grep -E "^stat::$1:" "$2" | tail -n 1 | awk '{print $2}'
+}
+
+if [ "$mode" = smoke ]; then
+  secs=${1:-10}
+  rc=0
+  for t in "${TARGETS[@]}"; do
+    corpus=tests/fuzz/corpus/$t
+    log=build-fuzz/findings/$t.log
+    if [ -d "$corpus" ]; then  # regression: every committed input, once
+      if ! build-fuzz/bin/fuzz_$t "${COMMON[@]}" -runs=0 -artifact_prefix=build-fuzz/findings/$t- "$corpus" >"$log" 2>&1; then
+        echo "fuzz_$t: a committed corpus input fails (see $log)"; tail -n 30 "$log"; rc=1; continue
+      fi
+    fi
+    work=build-fuzz/work/$t
+    rm -rf "$work"; mkdir -p "$work"
+    dirs=("$work")
+    [ -d "$corpus" ] && dirs+=("$corpus")
+    dirs+=(build-fuzz/seeds/$t)
+    if ! build-fuzz/bin/fuzz_$t "${COMMON[@]}" $(extra "$t") -max_total_time="$secs" -artifact_prefix=build-fuzz/findings/$t- \
+         "${dirs[@]}" >"$log" 2>&1; then
+      echo "fuzz_$t: FINDING (see $log)"; tail -n 30 "$log"; rc=1; continue
+    fi
+    echo "fuzz_$t: $(stat number_of_executed_units "$log") executions in ${secs}s, no finding"
+  done
+  exit $rc
+fi
+
+t=${1:?target}; secs=${2:?seconds}; jobs=${3:-1}
+corpus=tests/fuzz/corpus/$t
+work=build-fuzz/campaign/$t
+mkdir -p "$corpus" "$work"
+log=build-fuzz/findings/campaign-$t-$(date +%Y%m%d-%H%M%S).log
+status=0
+if [ "$jobs" -gt 1 ]; then
+  build-fuzz/bin/fuzz_$t "${COMMON[@]}" -max_total_time="$secs" -fork="$jobs" -ignore_crashes=0 \
+    -artifact_prefix=build-fuzz/findings/$t- "$work" "$corpus" build-fuzz/seeds/$t >"$log" 2>&1 || status=$?
+else
+  build-fuzz/bin/fuzz_$t "${COMMON[@]}" $(extra "$t") -max_total_time="$secs" -artifact_prefix=build-fuzz/findings/$t- \
+    "$work" "$corpus" build-fuzz/seeds/$t >"$log" 2>&1 || status=$?
+fi
+execs=$(stat number_of_executed_units "$log"); execs=${execs:-$(grep -oE '^#[0-9]+' "$log" | tail -n 1 | tr -d '#')}
+cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 | awk '{print $2}')
+ft=$(grep -oE 'ft: [0-9]+' "$log" | tail -n 1 | awk '{print $2}')
+# Minimize into the committed corpus: keep only inputs that add coverage.
+tmp=$(mktemp -d)
+build-fuzz/bin/fuzz_$t "${COMMON[@]}" -merge=1 "$tmp" "$corpus" "$work" >/dev/null 2>&1 || true
+if [ -n "$(ls -A "$tmp")" ]; then rm -rf "$corpus"; mv "$tmp" "$corpus"; else rm -rf "$tmp"; fi
+printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%Y-%m-%dT%H:%MZ)" "$t" "${execs:-0}" "${cov:-?}" "${ft:-?}" "$secs" \
+  "$([ "$status" = 0 ] && echo ok || echo "FINDING rc=$status")" >> tests/fuzz/campaigns.tsv
+echo "fuzz_$t: ${execs:-?} executions, cov ${cov:-?}, ft ${ft:-?}, status $status (log $log)"
+exit $status

@@ -161,6 +161,52 @@ if [ "$rc" = 130 ]; then ok; err_has "Ctrl-C" "interrupted"; no_partial "$TMP/in
 elif [ "$rc" = 0 ]; then echo "note: compress finished before SIGINT arrived; Ctrl-C not exercised"
 else bad "Ctrl-C: exit $rc, wanted 130"; fi
 
+# ---- the output never clobbers the input, never follows a planted link ------------------------
+# OUT containing IN (replacing OUT would delete IN) and OUT inside IN: refused, input intact
+mkdir -p "$TMP/outer" && cp -r "$IN" "$TMP/outer/model"
+sum_before=$(cat "$TMP"/outer/model/*.safetensors | md5sum)
+run 1 "OUT contains IN" "$CT" compress "$TMP/outer/model" "$TMP/outer" --overwrite
+err_has "OUT contains IN" "contains the input"
+run 1 "OUT inside IN" "$CT" compress "$TMP/outer/model" "$TMP/outer/model/sub" --overwrite
+err_has "OUT inside IN" "inside the input"
+run 1 "OUT is IN" "$CT" compress "$TMP/outer/model" "$TMP/outer/model/." --overwrite
+[ "$(cat "$TMP"/outer/model/*.safetensors | md5sum)" = "$sum_before" ] && ok || bad "input changed by a refused compress"
+ln -sfn "$TMP/outer" "$TMP/outer_link"
+run 1 "OUT contains IN through a link" "$CT" compress "$TMP/outer/model" "$TMP/outer_link" --overwrite
+err_has "OUT contains IN through a link" "contains the input"
+[ -d "$TMP/outer/model" ] && ok || bad "input deleted"
+# sparse-24 on columns not divisible by 4: refused with the reader's own rule, nothing written
+mkdir -p "$TMP/c6"
+python3 - "$TMP/c6/model.safetensors" <<'PY'
+import json, struct, sys
+h = json.dumps({"model.layers.0.mlp.up_proj.weight": {"dtype": "F32", "shape": [4, 6], "data_offsets": [0, 96]}}).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(96))
+PY
+run 1 "sparse-24 on 6 columns" "$CT" compress "$TMP/c6" "$TMP/x" --format sparse-24-bitmask --prune-24
+err_has "sparse-24 on 6 columns" "multiple of 4"
+no_partial "$TMP/x"
+# decompress: a symbolic link planted at the output name is replaced, its target untouched; the
+# output may not be an input file; the old predictable temporary name is not used
+echo precious >"$TMP/target.txt"
+ln -sfn "$TMP/target.txt" "$TMP/dec.safetensors"
+: >"$TMP/dec.safetensors.tmp.$$"
+run 0 "decompress over a planted link" "$CT" decompress "$IN" "$TMP/dec.safetensors" --quiet
+[ "$(cat "$TMP/target.txt")" = precious ] && [ ! -L "$TMP/dec.safetensors" ] && [ -f "$TMP/dec.safetensors" ] && ok || bad "decompress followed a planted link"
+run 1 "decompress onto its input" "$CT" decompress "$TMP/dec.safetensors" "$TMP/dec.safetensors"
+err_has "decompress onto its input" "one of the checkpoint's own files"
+# Ctrl-C during decompress: exit 130, no temporary file left
+"$CT" decompress "$BIG" "$TMP/big.safetensors" --dtype fp32 >/dev/null 2>"$TMP/err" &
+pid=$!
+sleep 0.2
+kill -INT "$pid" 2>/dev/null
+wait "$pid"; rc=$?
+if [ "$rc" = 130 ]; then ok; err_has "decompress Ctrl-C" "interrupted"
+elif [ "$rc" = 0 ]; then echo "note: decompress finished before SIGINT arrived; Ctrl-C not exercised"
+else bad "decompress Ctrl-C: exit $rc, wanted 130"; fi
+if ls -a "$TMP" | grep -q "ctstream-tmp"; then bad "temporary file left after decompress Ctrl-C: $(ls -a "$TMP" | grep ctstream-tmp)"; else ok; fi
+[ -e "$TMP/big.safetensors" ] && [ "$rc" = 130 ] && bad "partial decompress output" || ok
+
 # ---- the library cross-check ----------------------------------------------------------------
 if [ "${CTSTREAM_SKIP_PY:-1}" = 0 ] && [ -x "$PY" ] && "$PY" -c "import torch, compressed_tensors, pytest" 2>/dev/null; then
   if CTSTREAM="$CT" TQDM_DISABLE=1 "$PY" -m pytest -q -p no:cacheprovider "$ROOT/tests/python/test_writer_crosscheck.py" >"$TMP/py.log" 2>&1; then

@@ -1,0 +1,477 @@
+// writer — `compress_checkpoint`: read a dense checkpoint tensor by tensor, plan (plan.hpp),
+// check the plan with the reader's own validation, compress (encode.hpp), write shards + index +
+// config.json into a temporary directory beside the output, copy the other files, rename into
+// place. Layouts and config follow compressed-tensors 0.20.0 for the quantized formats and
+// 0.12.2 for the sparse ones (see format/format_table.hpp and format/config_writer.hpp).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "codecs/half.hpp"
+#include "core/boundary.hpp"
+#include "ctstream/error.hpp"
+#include "ctstream/safetensors_writer.hpp"
+#include "ctstream/writer.hpp"
+#include "format/config_writer.hpp"
+#include "io/output.hpp"
+#include "writer/encode.hpp"
+#include "writer/plan.hpp"
+#include "writer/report.hpp"
+
+namespace ctstream {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace writer;
+
+[[noreturn]] void fail(ErrorKind k, const std::string& file, const std::string& tensor, const std::string& msg) {
+  throw Error(k, file, tensor, msg);
+}
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+void fsync_dir(const fs::path& d) {
+  const int fd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    (void)::fsync(fd);
+    ::close(fd);
+  }
+}
+
+/// Writes a small file exclusively (a name that exists, a planted link included, is an error).
+void write_text(const fs::path& p, const std::string& text) {
+  io::TempFile f(p.parent_path(), p.filename().string());
+  if (std::fwrite(text.data(), 1, text.size(), f.stream()) != text.size())
+    fail(ErrorKind::io, p.string(), "", std::string("write failed: ") + std::strerror(errno));
+  f.commit_to(p);
+}
+
+/// Removes the temporary output directory unless released.
+struct TempDirGuard {
+  fs::path path;
+  bool keep = false;
+  ~TempDirGuard() {
+    if (!keep && !path.empty()) {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  }
+};
+
+class Job {
+ public:
+  Job(const fs::path& in, const fs::path& out, const CompressOptions& o)
+      : in_(in), out_(out), o_(o), r_(resolve(o)), t0_(std::chrono::steady_clock::now()) {}
+  CompressReport run();
+
+ private:
+  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  void check_cancel() const {
+    if (o_.cancel && o_.cancel->load()) fail(ErrorKind::io, out_.string(), "", "cancelled; nothing was written");
+  }
+  std::string file_of(const TensorInfo& t) const {
+    return t.parts.empty() ? in_.string() : ckpt_->files()[t.parts[0].file].string();
+  }
+  void prepare_output();
+  void scan();
+  std::string config_text() const;
+  void write_shards();
+  void write_item(Item& it, SafetensorsWriter& w);
+  void write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr);
+  void copy_others();
+  void commit();
+
+  fs::path in_, out_, tmp_;
+  const CompressOptions& o_;
+  Resolved r_;
+  std::chrono::steady_clock::time_point t0_;
+  std::optional<Checkpoint> ckpt_;
+  Plan plan_;
+  std::vector<Item>& items_ = plan_.items;
+  std::vector<std::string> shard_names_;
+  CompressReport rep_;
+  TempDirGuard guard_;
+};
+
+void Job::prepare_output() {
+  out_ = fs::absolute(out_).lexically_normal();
+  if (out_.filename().empty()) out_ = out_.parent_path();
+  const fs::path parent = out_.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(parent, ec))
+    fail(ErrorKind::io, out_.string(), "", "parent directory " + parent.string() + " does not exist");
+  // OUT may neither be IN, contain IN (replacing OUT would delete the input) nor lie inside IN
+  // (the output would be read back as input); compared on resolved paths, links followed.
+  const fs::path in_c = fs::weakly_canonical(in_, ec), out_c = fs::weakly_canonical(out_, ec);
+  auto within = [](const fs::path& inner, const fs::path& outer) {  // inner is outer or below it
+    std::string i = inner.generic_string(), o = outer.generic_string();
+    while (o.size() > 1 && o.back() == '/') o.pop_back();
+    while (i.size() > 1 && i.back() == '/') i.pop_back();
+    return i == o || (i.size() > o.size() && i.compare(0, o.size(), o) == 0 && (o == "/" || i[o.size()] == '/'));
+  };
+  if (within(in_c, out_c))
+    fail(ErrorKind::invalid_argument, out_.string(), "",
+         in_c == out_c ? "output directory is the input" : "output directory contains the input " + in_.string() +
+                                                               " (replacing it would delete the input)");
+  if (within(out_c, in_c))
+    fail(ErrorKind::invalid_argument, out_.string(), "", "output directory lies inside the input " + in_.string());
+  if (fs::exists(out_, ec)) {
+    if (!fs::is_directory(out_, ec)) fail(ErrorKind::io, out_.string(), "", "exists and is not a directory");
+    if (!fs::is_empty(out_, ec) && !o_.overwrite)
+      fail(ErrorKind::io, out_.string(), "", "output directory exists and is not empty (pass --overwrite to replace it)");
+  }
+  try {
+    tmp_ = io::make_temp_dir(parent, out_.filename().string(), "tmp");
+  } catch (const Error& e) {
+    fail(ErrorKind::io, out_.string(), "", std::string("output directory is not writable: ") + e.what());
+  }
+  guard_.path = tmp_;
+}
+
+void Job::scan() {
+  std::vector<Item*> need;
+  for (auto& it : items_)
+    if (it.compress && (r_.format == Format::sparse_bitmask || r_.format == Format::nvfp4_pack_quantized)) need.push_back(&it);
+  uint64_t total = 0, done = 0;
+  for (auto* it : need) total += it->t->stored_bytes();
+  std::vector<float> buf;
+  for (size_t k = 0; k < need.size(); ++k) {
+    check_cancel();
+    Item& it = *need[k];
+    const uint64_t n = it.t->numel();
+    buf.resize(n);
+    ckpt_->decode_into(*it.t, std::as_writable_bytes(std::span(buf)), DType::F32);
+    if (it.convert)
+      for (auto& v : buf) v = round_to(it.work, v);
+    if (r_.format == Format::sparse_bitmask) {
+      uint64_t nnz = 0;
+      for (float v : buf) nnz += (codecs::f32_bits(v) & 0x7FFFFFFFu) != 0;
+      it.nnz = nnz;
+    } else {
+      const auto [lo, hi] = min_max(buf.data(), n);
+      it.tmin = lo;
+      it.tmax = hi;
+    }
+    done += it.t->stored_bytes();
+    if (o_.progress)
+      o_.progress({CompressProgress::Phase::scan, k + 1, need.size(), done, total, it.t->name, elapsed()});
+  }
+  if (r_.format == Format::nvfp4_pack_quantized) {
+    std::map<std::string, Item*> by_module;
+    for (auto& it : items_)
+      if (it.compress) by_module[it.module] = &it;
+    for (auto& it : items_)
+      if (it.compress) it.global_scale = nvfp4_global_scale(it.tmin, it.tmax, it.work);
+    if (o_.fuse_global_scales) {
+      // llm-compressor observers/helpers.py FUSED_LAYER_NAMES + fuse_weight_observers: the
+      // layers of a fused group share one global scale computed over all of them.
+      static const std::vector<std::vector<std::string>> groups = {
+          {"gate_proj", "up_proj"}, {"q_proj", "k_proj", "v_proj"}, {"q_a_proj", "kv_a_proj_with_mqa"}, {"w1", "w3"}};
+      for (const auto& [module, it] : by_module) {
+        const size_t dot = module.rfind('.');
+        const std::string parent = dot == std::string::npos ? "" : module.substr(0, dot + 1);
+        const std::string last = module.substr(dot == std::string::npos ? 0 : dot + 1);
+        for (const auto& g : groups) {
+          if (g[0] != last) continue;
+          std::vector<Item*> members;
+          for (const auto& nm : g) {
+            auto f = by_module.find(parent + nm);
+            if (f != by_module.end()) members.push_back(f->second);
+          }
+          if (members.size() != g.size()) continue;  // a member missing or not compressed
+          float lo = members[0]->tmin, hi = members[0]->tmax;
+          for (auto* m : members) lo = std::min(lo, m->tmin), hi = std::max(hi, m->tmax);
+          const float gs = nvfp4_global_scale(lo, hi, members[0]->work);
+          for (auto* m : members) m->global_scale = gs;
+        }
+      }
+    }
+  }
+}
+
+std::string Job::config_text() const {
+  format::CompressionSection s;
+  s.format = r_.format;
+  s.weights = r_.quant();
+  s.fp8_scale = r_.args.fp8_scale;
+  s.input_activations = r_.activations;
+  s.targets = o_.targets;
+  s.ignore = plan_.config_ignore;
+  s.dtype = o_.dtype;
+  if (is_sparse_format(r_.format)) {
+    // llm-compressor's SparsityConfigMetadata: global_sparsity = zeros / parameters, model-wide.
+    double zeros = 0, total = 0;
+    for (const auto& it : items_) {
+      if (!is_float(it.t->dtype)) continue;
+      total += static_cast<double>(it.t->numel());
+      if (!it.compress) continue;
+      zeros += r_.format == Format::sparse_bitmask ? static_cast<double>(it.t->numel() - it.nnz)
+                                                   : static_cast<double>(it.t->numel()) / 2;
+    }
+    s.global_sparsity = total > 0 ? zeros / total : 0.0;
+  }
+  return format::compression_config(ckpt_->config_json(), (in_ / "config.json").string(), s);
+}
+
+void Job::write_shards() {
+  // Greedy shards in input order; a module's parts stay in one shard.
+  uint64_t cur = 0;
+  size_t shard = 0;
+  for (auto& it : items_) {
+    uint64_t b = 0;
+    for (const auto& e : it.out) b += e.bytes;
+    if (cur > 0 && cur + b > o_.shard_bytes) {
+      ++shard;
+      cur = 0;
+    }
+    it.shard = shard;
+    cur += b;
+  }
+  const size_t nshards = items_.empty() ? 1 : shard + 1;
+  for (size_t s = 0; s < nshards; ++s) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", s + 1, nshards);
+    shard_names_.push_back(nshards == 1 ? "model.safetensors" : buf);
+  }
+  size_t done = 0;
+  uint64_t bytes_done = 0;
+  size_t i = 0;
+  for (size_t s = 0; s < nshards; ++s) {
+    check_cancel();
+    std::vector<SafetensorsWriter::Entry> entries;
+    size_t j = i;
+    for (; j < items_.size() && items_[j].shard == s; ++j)
+      for (const auto& e : items_[j].out) entries.push_back({e.key, e.dtype, e.shape});
+    SafetensorsWriter w(tmp_ / shard_names_[s], std::move(entries),
+                        {{"format", "pt"}, {"writer", std::string("ctstream ") + "compress"}});
+    for (; i < j; ++i) {
+      check_cancel();
+      write_item(items_[i], w);
+      ++done;
+      bytes_done += items_[i].t->stored_bytes();
+      if (o_.progress)
+        o_.progress({CompressProgress::Phase::write, done, items_.size(), bytes_done, plan_.input_bytes, items_[i].t->name, elapsed()});
+    }
+    w.commit();
+    rep_.files.push_back(shard_names_[s]);
+  }
+  if (nshards > 1) {
+    json wm = json::object();
+    uint64_t total = 0;
+    for (const auto& it : items_)
+      for (const auto& e : it.out) {
+        wm[e.key] = shard_names_[it.shard];
+        total += e.bytes;
+      }
+    json idx = {{"metadata", {{"total_size", total}}}, {"weight_map", wm}};
+    write_text(tmp_ / "model.safetensors.index.json", idx.dump(2) + "\n");
+    rep_.files.push_back("model.safetensors.index.json");
+  }
+}
+
+void Job::write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr) {
+  // Copied (or converted) as is, in chunks of rows along dim 0, so a large embedding costs
+  // ~kChunk of memory rather than its size.
+  constexpr uint64_t kChunk = 16ull << 20;
+  const TensorInfo& t = *it.t;
+  tr.format = Format::dense;
+  tr.output_dtype = it.work;
+  const uint64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  const uint64_t row_elems = rows ? t.numel() / rows : 0;
+  const uint64_t row_bytes = std::max<uint64_t>(1, row_elems * 4);
+  const uint64_t step = t.shape.empty() || t.format != Format::dense || dtype_bits(t.dtype) < 8
+                            ? std::max<uint64_t>(rows, 1)
+                            : std::max<uint64_t>(1, kChunk / row_bytes);
+  const bool via_f32 = is_float(t.dtype) && (it.convert || t.format != Format::dense);
+  ErrStats st;
+  std::vector<float> v;
+  std::vector<std::byte> outb;
+  ckpt_->validate(t);
+  for (uint64_t r0 = 0; r0 < std::max<uint64_t>(rows, 1); r0 += step) {
+    const uint64_t r1 = std::min(rows, r0 + step);
+    const std::optional<Slice> sl =
+        t.shape.empty() || (r0 == 0 && r1 == rows) ? std::nullopt : std::optional<Slice>(Slice{0, r0, r1});
+    const uint64_t n = t.shape.empty() ? t.numel() : (r1 - r0) * row_elems;
+    outb.resize((n * dtype_bits(it.work) + 7) / 8);
+    if (via_f32) {
+      v.resize(n);
+      ckpt_->decode_into(t, std::as_writable_bytes(std::span(v)), DType::F32, sl);
+      if (it.convert) {
+        for (uint64_t i = 0; i < n; ++i) {
+          const float c = round_to(it.work, v[i]);
+          if (o_.compute_errors) st.add(v[i], c);
+          v[i] = c;
+        }
+      }
+      store(v.data(), n, it.work, outb.data());
+    } else {
+      ckpt_->decode_into(t, outb, it.work, sl);
+    }
+    w.write(outb);
+    if (rows == 0) break;
+  }
+  st.fill(tr, t.numel());
+}
+
+void Job::write_item(Item& it, SafetensorsWriter& w) {
+  const TensorInfo& t = *it.t;
+  TensorReport tr;
+  tr.name = t.name;
+  tr.input_dtype = t.dtype;
+  tr.shape = t.shape;
+  tr.input_bytes = t.stored_bytes();
+  for (const auto& e : it.out) tr.output_bytes += e.bytes;
+  if (!it.compress) {
+    write_dense(it, w, tr);
+    rep_.tensors.push_back(std::move(tr));
+    return;
+  }
+  const std::string file = file_of(t);
+  tr.format = r_.format;
+  tr.scheme = r_.scheme;
+  const uint64_t n = t.numel();
+  ckpt_->validate(t);
+  std::vector<float> v(n);
+  ckpt_->decode_into(t, std::as_writable_bytes(std::span(v)), DType::F32);
+  std::vector<float> orig;
+  if (it.convert) {
+    if (o_.compute_errors) orig = v;
+    for (auto& x : v) x = round_to(it.work, x);
+  }
+  const std::vector<float>& ref = it.convert && o_.compute_errors ? orig : v;
+  Encoded e;
+  if (is_quantized_format(r_.format)) {
+    for (uint64_t i = 0; i < n; ++i)
+      if (!std::isfinite(v[i]))
+        fail(ErrorKind::invalid_argument, file, t.name, "contains NaN or Inf at element " + std::to_string(i) +
+             "; it cannot be quantized (--ignore the module)");
+    e = encode_quantized(it, r_, v, o_.compute_errors, file);
+  } else {
+    e = encode_sparse(it, r_, v, o_.prune_24, o_.compute_errors, file);
+  }
+  emit(it, e, w);
+  tr.output_dtype = e.decoded_dtype;
+  tr.pruned = e.pruned;
+  ErrStats st;
+  if (o_.compute_errors) {
+    for (uint64_t i = 0; i < n; ++i) st.add(ref[i], e.decoded[i]);
+    st.fill(tr, n);
+  } else {
+    tr.exact = false;
+    tr.snr_db = 0;
+  }
+  rep_.tensors.push_back(std::move(tr));
+}
+
+void Job::copy_others() {
+  std::error_code ec;
+  if (!o_.copy_other_files || !fs::is_directory(in_, ec)) return;
+  std::set<fs::path> own;
+  for (const auto& f : ckpt_->files()) own.insert(fs::weakly_canonical(f, ec));
+  static const char* skip_ext[] = {".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf", ".ot", ".safetensors"};
+  const fs::path out_canon = fs::weakly_canonical(out_, ec);
+  const fs::path tmp_canon = fs::weakly_canonical(tmp_, ec);
+  for (auto itr = fs::recursive_directory_iterator(in_, ec); !ec && itr != fs::recursive_directory_iterator(); itr.increment(ec)) {
+    const fs::path p = itr->path();
+    const std::string name = p.filename().string();
+    const fs::path canon = fs::weakly_canonical(p, ec);
+    if (name.empty() || name[0] == '.' || canon == out_canon || canon == tmp_canon) {
+      if (itr->is_directory(ec)) itr.disable_recursion_pending();
+      continue;
+    }
+    const fs::path rel = fs::relative(p, in_, ec);
+    if (itr->is_directory(ec)) continue;
+    if (!itr->is_regular_file(ec)) continue;  // follows symlinks (HF cache snapshots)
+    const std::string rels = rel.generic_string();
+    if (rel == "config.json" || own.count(canon) || ends_with(name, ".safetensors.index.json")) continue;
+    bool weights = false;
+    for (const char* e : skip_ext) weights = weights || ends_with(lower(name), e);
+    if (weights) {
+      rep_.skipped.push_back(rels);
+      continue;
+    }
+    const fs::path dst = tmp_ / rel;
+    fs::create_directories(dst.parent_path(), ec);
+    if (ec) fail(ErrorKind::io, dst.string(), "", "cannot create directory: " + ec.message());
+    fs::copy_file(p, dst, fs::copy_options::overwrite_existing, ec);
+    if (ec) fail(ErrorKind::io, dst.string(), "", "cannot copy " + p.string() + ": " + ec.message());
+    rep_.copied.push_back(rels);
+  }
+  if (ec) fail(ErrorKind::io, in_.string(), "", "cannot list the input directory: " + ec.message());
+}
+
+void Job::commit() {
+  check_cancel();
+  std::error_code ec;
+  fsync_dir(tmp_);
+  fs::path old;
+  if (fs::exists(out_, ec)) {
+    if (fs::is_empty(out_, ec)) {
+      fs::remove(out_, ec);
+    } else {
+      old = tmp_.parent_path() / ("." + out_.filename().string() + ".ctstream-old-" + io::random_token());
+      fs::rename(out_, old, ec);
+    }
+    if (ec) fail(ErrorKind::io, out_.string(), "", "cannot replace the existing output directory: " + ec.message());
+  }
+  fs::rename(tmp_, out_, ec);
+  if (ec) {
+    if (!old.empty()) fs::rename(old, out_, ec);
+    fail(ErrorKind::io, out_.string(), "", "cannot rename the finished output into place: " + ec.message());
+  }
+  guard_.keep = true;
+  fsync_dir(out_.parent_path());
+  if (!old.empty()) fs::remove_all(old, ec);
+}
+
+CompressReport Job::run() {
+  in_ = fs::absolute(in_).lexically_normal();
+  ckpt_.emplace(Checkpoint::open(in_, o_.open));
+  prepare_output();
+  plan_ = make_plan(*ckpt_, o_, r_, [this](const TensorInfo& t) { return file_of(t); });
+  scan();
+  for (auto& it : items_)
+    if (it.compress) plan_parts(it, r_);
+  const std::string config = config_text();
+  check_plan(plan_, r_, config);  // the reader accepts what is about to be written
+  write_shards();
+  if (!config.empty()) {
+    write_text(tmp_ / "config.json", config);
+    rep_.files.push_back("config.json");
+  }
+  copy_others();
+  commit();
+  for (const auto& tr : rep_.tensors) {
+    rep_.input_bytes += tr.input_bytes;
+    rep_.output_bytes += tr.output_bytes;
+    ++rep_.format_counts[std::string(format_name(tr.format))];
+  }
+  rep_.seconds = elapsed();
+  return std::move(rep_);
+}
+
+}  // namespace
+
+CompressReport compress_checkpoint(const std::filesystem::path& in, const std::filesystem::path& out_dir,
+                                   const CompressOptions& options) {
+  return detail::at_boundary(in.string(), "", [&] {
+    Job job(in, out_dir, options);
+    return job.run();
+  });
+}
+
+}  // namespace ctstream

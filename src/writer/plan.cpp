@@ -1,0 +1,266 @@
+#include "writer/plan.hpp"
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "ctstream/error.hpp"
+#include "format/grouping.hpp"
+
+namespace ctstream::writer {
+namespace {
+
+[[noreturn]] void fail(ErrorKind k, const std::string& file, const std::string& tensor, const std::string& msg) {
+  throw Error(k, file, tensor, msg);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+std::string last_component(const std::string& module) {
+  const auto dot = module.rfind('.');
+  return dot == std::string::npos ? module : module.substr(dot + 1);
+}
+bool embedding_like(const std::string& module) {
+  const std::string last = lower(last_component(module));
+  return last.find("embed") != std::string::npos || last == "wte" || last == "wpe";
+}
+bool head_like(const std::string& module) {
+  const std::string last = last_component(module);
+  return last == "lm_head" || last == "embed_out";
+}
+/// "Linear" heuristic: a 2-D `.weight` that is neither an embedding, a norm nor the output head.
+bool linear_like(const std::string& module, const TensorInfo& t) {
+  if (t.shape.size() != 2 || !ends_with(t.name, ".weight")) return false;
+  return !embedding_like(module) && !head_like(module) && lower(module).find("norm") == std::string::npos;
+}
+
+}  // namespace
+
+bool is_float(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16; }
+bool is_quantized_format(Format f) {
+  return f == Format::pack_quantized || f == Format::int_quantized || f == Format::float_quantized ||
+         f == Format::nvfp4_pack_quantized;
+}
+bool is_sparse_format(Format f) { return f == Format::sparse_bitmask || f == Format::sparse_24_bitmask; }
+
+QuantArgs Resolved::quant() const {
+  QuantArgs q;
+  q.num_bits = args.num_bits;
+  q.type = args.type;
+  q.strategy = args.strategy;
+  q.symmetric = args.symmetric;
+  q.group_size = args.group_size;
+  q.block_rows = args.block_rows;
+  q.block_cols = args.block_cols;
+  return q;
+}
+
+Resolved resolve(const CompressOptions& o) {
+  Resolved r;
+  r.format = o.format;
+  auto bad = [](const std::string& m) { fail(ErrorKind::invalid_argument, "", "", m); };
+  const std::string fname(format_name(o.format));
+  switch (o.format) {
+    case Format::dense:
+      if (o.dtype && !is_float(*o.dtype)) bad("dense: dtype must be bf16, fp16 or fp32");
+      r.scheme = o.dtype ? "dense " + std::string(dtype_name(*o.dtype)) : "dense copy";
+      return r;
+    case Format::sparse_bitmask: r.scheme = "bitmask"; return r;
+    case Format::sparse_24_bitmask: r.scheme = "2:4"; return r;
+    case Format::pack_quantized:
+    case Format::int_quantized:
+      r.args.type = QuantType::int_;
+      r.args.num_bits = o.num_bits ? o.num_bits : (o.format == Format::pack_quantized ? 4 : 8);
+      r.args.strategy = o.strategy.value_or(o.format == Format::pack_quantized ? QuantStrategy::group : QuantStrategy::channel);
+      if (r.args.num_bits < 1 || r.args.num_bits > 8) bad(fname + ": bits must be 1..8");
+      break;
+    case Format::float_quantized:
+      r.args.type = QuantType::float_;
+      r.args.num_bits = o.num_bits ? o.num_bits : 8;
+      r.args.strategy = o.strategy.value_or(QuantStrategy::channel);
+      if (r.args.num_bits != 8) bad("float-quantized: only 8-bit (FP8 E4M3) weights");
+      break;
+    case Format::nvfp4_pack_quantized:
+      r.args.type = QuantType::float_;
+      r.args.num_bits = o.num_bits ? o.num_bits : 4;
+      r.args.strategy = o.strategy.value_or(QuantStrategy::tensor_group);
+      r.args.fp8_scale = true;
+      if (r.args.num_bits != 4) bad("nvfp4-pack-quantized: weights are 4-bit FP4");
+      if (r.args.strategy != QuantStrategy::tensor_group) bad("nvfp4-pack-quantized: strategy is tensor_group (group 16)");
+      break;
+    default:
+      fail(ErrorKind::unsupported, "", "", "the writer cannot produce format '" + fname +
+           "' (supported: dense, sparse-bitmask, sparse-24-bitmask, pack-quantized, int-quantized, "
+           "float-quantized, nvfp4-pack-quantized)");
+  }
+  auto& a = r.args;
+  a.symmetric = o.symmetric;
+  if (!a.symmetric && a.type == QuantType::float_)
+    bad(fname + ": asymmetric quantization is only supported for INT weights (compressed-tensors "
+        "raises for FP4 and has no asymmetric FP8 kernels)");
+  switch (a.strategy) {
+    case QuantStrategy::tensor:
+    case QuantStrategy::channel: break;
+    case QuantStrategy::group:
+      if (o.group_size == 0) bad("group size must be positive");
+      a.group_size = o.group_size;
+      break;
+    case QuantStrategy::tensor_group:
+      if (o.format != Format::nvfp4_pack_quantized) bad("tensor_group strategy is nvfp4 only");
+      a.group_size = 16;
+      break;
+    case QuantStrategy::block:
+      if (o.block_rows == 0 || o.block_cols == 0) bad("block dimensions must be positive");
+      if (o.format == Format::pack_quantized) bad("pack-quantized: block strategy is not supported (use group)");
+      a.block_rows = o.block_rows;
+      a.block_cols = o.block_cols;
+      break;
+    default: bad(fname + ": strategy '" + std::string(strategy_name(a.strategy)) + "' cannot quantize weights");
+  }
+  r.activations = (o.format == Format::int_quantized || o.format == Format::float_quantized) && o.input_activations;
+  std::string s = (a.type == QuantType::int_ ? "int" : "fp") + std::to_string(a.num_bits) + " " +
+                  std::string(strategy_name(a.strategy));
+  if (a.strategy == QuantStrategy::group || a.strategy == QuantStrategy::tensor_group) s += std::to_string(a.group_size);
+  if (a.strategy == QuantStrategy::block) s += std::to_string(a.block_rows) + "x" + std::to_string(a.block_cols);
+  s += a.symmetric ? " sym" : " asym";
+  r.scheme = s;
+  return r;
+}
+
+Selector::Selector(const std::vector<std::string>& entries, const char* what) {
+  for (const auto& s : entries)
+    if (s.empty()) fail(ErrorKind::invalid_argument, "", "", std::string(what) + " entry is empty");
+  list_ = format::TargetList::parse(entries, ErrorKind::invalid_argument, "", what);
+  for (const auto& t : list_.targets())
+    if (t.kind == format::Target::Kind::class_name && t.text != "Linear" && t.text != "Embedding")
+      fail(ErrorKind::unsupported, "", "", std::string(what) + " class '" + t.text +
+           "' cannot be matched without the model; use module names or re: patterns (\"Linear\" and "
+           "\"Embedding\" are matched by name heuristics)");
+}
+
+bool Selector::matches(const std::string& module, const TensorInfo& t) const {
+  return list_.matches(module, [&](const std::string& cls) {
+    if (cls == "Linear") return linear_like(module, t);
+    if (cls == "Embedding") return t.shape.size() == 2 && embedding_like(module);
+    return false;
+  });
+}
+
+namespace {
+uint64_t bytes_of(DType d, const Shape& s) {
+  uint64_t n = 1;
+  for (auto v : s) n *= v;
+  return (n * dtype_bits(d) + 7) / 8;
+}
+}  // namespace
+
+Plan make_plan(const Checkpoint& ck, const CompressOptions& o, const Resolved& r,
+               const std::function<std::string(const TensorInfo&)>& file_of) {
+  const Selector targets(o.targets.empty() ? std::vector<std::string>{"Linear"} : o.targets, "targets");
+  const Selector ignore(o.ignore, "ignore");
+  Plan plan;
+  std::set<std::string> compressed_modules;
+  const QuantArgs q = r.quant();
+  for (const TensorInfo& t : ck.tensors()) {
+    Item it;
+    it.t = &t;
+    it.work = t.dtype;
+    if (o.dtype && is_float(t.dtype)) {
+      it.work = *o.dtype;
+      it.convert = it.work != t.dtype;
+    }
+    plan.input_bytes += t.stored_bytes();
+    if (r.format != Format::dense && t.shape.size() == 2 && ends_with(t.name, ".weight") && t.numel() > 0) {
+      it.module = t.name.substr(0, t.name.size() - 7);
+      if (targets.matches(it.module, t) && !ignore.matches(it.module, t)) {
+        it.compress = true;
+        const std::string fname(format_name(r.format));
+        if (!is_float(it.work))
+          fail(ErrorKind::unsupported, file_of(t), t.name, "dtype " + std::string(dtype_name(t.dtype)) +
+               " cannot be stored as " + fname + " (needs F32, F16 or BF16 weights); add the module to --ignore");
+        // The format table decides what the format can hold, exactly as the reader will.
+        format::Why why;
+        if (!format::geometry(r.format, t.shape, is_quantized_format(r.format) ? &q : nullptr, why))
+          fail(ErrorKind::invalid_argument, file_of(t), t.name, fname + " cannot store this weight: " + why +
+               "; choose other arguments, or --ignore the module");
+        compressed_modules.insert(it.module);
+      }
+    }
+    if (!it.compress) it.out.push_back({t.name, it.work, t.shape, bytes_of(it.work, t.shape)});
+    plan.items.push_back(std::move(it));
+  }
+  if (r.format != Format::dense && compressed_modules.empty())
+    fail(ErrorKind::invalid_argument, ck.files().empty() ? "" : ck.files()[0].string(), "",
+         "no tensor matches the targets (2-D `.weight` tensors of modules matched by --targets and not by --ignore); "
+         "nothing to compress");
+  // Config `ignore`: the user's patterns, plus every module holding an uncompressed `.weight`
+  // (so that no loader - class-based or the library's name-based model-free converter - takes
+  // it for a quantized one). Modules ending in "norm" are skipped: never Linear, and the
+  // library's name matching skips them itself (utils/match.py `match_quantizable_tensors`).
+  plan.config_ignore = o.ignore;
+  std::set<std::string> seen(o.ignore.begin(), o.ignore.end());
+  for (const Item& it : plan.items) {
+    const TensorInfo& t = *it.t;
+    if (!ends_with(t.name, ".weight")) continue;
+    const std::string module = t.name.substr(0, t.name.size() - 7);
+    if (compressed_modules.count(module) || ends_with(module, "norm") || ignore.matches(module, t)) continue;
+    if (seen.insert(module).second) plan.config_ignore.push_back(module);
+  }
+  return plan;
+}
+
+void plan_parts(Item& it, const Resolved& r) {
+  const QuantArgs q = r.quant();
+  format::Why why;
+  const auto g = format::geometry(r.format, it.t->shape, is_quantized_format(r.format) ? &q : nullptr, why);
+  if (!g) fail(ErrorKind::internal, "", it.t->name, "planned tensor has no geometry: " + why);
+  it.out.clear();
+  for (const auto& p : format::plan_parts(*g, it.work, it.nnz))
+    it.out.push_back({it.module + "." + std::string(format::role_name(p.role)), p.dtype, p.shape,
+                      bytes_of(p.dtype, p.shape), p.role});
+}
+
+void check_plan(const Plan& plan, const Resolved& r, const std::string& config_text) {
+  // The planned entries as the reader would see them (offsets are irrelevant to grouping), with
+  // the shape vectors' contents as the encoders will write them.
+  std::vector<format::RawTensor> raw;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  uint64_t off = 0;
+  for (const Item& it : plan.items)
+    for (const OutEntry& e : it.out) {
+      raw.push_back({e.key, e.dtype, e.shape, 0, off, e.bytes});
+      off += e.bytes;
+      if (it.compress && (e.role == format::Role::weight_shape || e.role == format::Role::shape))
+        shapes[e.key] = std::vector<int64_t>(it.t->shape.begin(), it.t->shape.end());
+    }
+  const auto read_small = [&](const format::RawTensor& t) {
+    const auto& v = shapes.at(t.key);
+    std::vector<std::byte> b(v.size() * 8);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  std::vector<TensorInfo> got;
+  try {
+    got = format::group_tensors(raw, config_text, "config.json (planned)", read_small, [](uint32_t) { return std::string("(planned)"); });
+  } catch (const Error& e) {
+    throw Error(ErrorKind::internal, e.file(), e.tensor(),
+                std::string("the writer planned a checkpoint its own reader refuses (please report): ") + e.what());
+  }
+  std::map<std::string, const TensorInfo*> by_name;
+  for (const auto& t : got) by_name[t.name] = &t;
+  for (const Item& it : plan.items) {
+    if (!it.compress) continue;
+    auto f = by_name.find(it.t->name);
+    if (f == by_name.end() || f->second->format != r.format || f->second->shape != it.t->shape)
+      throw Error(ErrorKind::internal, "(planned)", it.t->name,
+                  "the writer planned parts its own reader would not read back as " + std::string(format_name(r.format)) +
+                      " of the input's shape (please report)");
+  }
+}
+
+}  // namespace ctstream::writer

@@ -1,0 +1,86 @@
+// writer — planning `compress_checkpoint`: which scheme the options resolve to, which tensors are
+// compressed (targets / ignore with the "Linear" / "Embedding" name heuristics), and what each
+// one becomes on disk - names, dtypes, shapes and order taken from the format table
+// (format/format_table.hpp). check_plan() then runs the reader's own open-time validation over
+// the planned entries and config: the writer cannot produce a layout the reader refuses.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ctstream/checkpoint.hpp"
+#include "ctstream/writer.hpp"
+#include "format/format_table.hpp"
+#include "format/targets.hpp"
+#include "writer/quantize.hpp"
+
+namespace ctstream::writer {
+
+bool is_float(DType d);
+bool is_quantized_format(Format f);
+bool is_sparse_format(Format f);
+
+/// The options, resolved to one scheme for every compressed tensor.
+struct Resolved {
+  Format format = Format::dense;
+  WeightArgs args;           ///< quantized formats
+  bool activations = false;  ///< int/float: dynamic input activations declared
+  std::string scheme;        ///< human-readable, "int4 group128 sym"
+  QuantArgs quant() const;   ///< `args` as the format layer's QuantArgs
+};
+/// Throws Error{invalid_argument / unsupported} for an inconsistent combination.
+Resolved resolve(const CompressOptions& o);
+
+/// --targets / --ignore: the library's grammar (format/targets.hpp); the class names "Linear" and
+/// "Embedding" are matched by name heuristics (the writer has no model).
+class Selector {
+ public:
+  Selector(const std::vector<std::string>& entries, const char* what);
+  bool matches(const std::string& module, const TensorInfo& t) const;
+
+ private:
+  format::TargetList list_;
+};
+
+struct OutEntry {
+  std::string key;
+  DType dtype;
+  Shape shape;
+  uint64_t bytes = 0;
+  format::Role role = format::Role::weight;  ///< compressed tensors: which part
+};
+
+/// One input tensor and what it becomes.
+struct Item {
+  const TensorInfo* t = nullptr;
+  bool compress = false;
+  DType work = DType::F32;  ///< dtype the tensor is written / quantized in
+  bool convert = false;     ///< float values are rounded from t->dtype to `work`
+  std::string module;       ///< compressed: the module prefix (name without ".weight")
+  std::vector<OutEntry> out;
+  uint64_t nnz = 0;          ///< sparse-bitmask (scan)
+  float tmin = 0, tmax = 0;  ///< nvfp4 (scan)
+  float global_scale = 1.f;  ///< nvfp4
+  size_t shard = 0;
+};
+
+struct Plan {
+  std::vector<Item> items;                ///< input order
+  std::vector<std::string> config_ignore; ///< the user's ignore list + every uncompressed module
+  uint64_t input_bytes = 0;
+};
+
+/// Decides per tensor. `file_of` names the file of a tensor in errors.
+Plan make_plan(const Checkpoint& ck, const CompressOptions& o, const Resolved& r,
+               const std::function<std::string(const TensorInfo&)>& file_of);
+
+/// Fills `it.out` of a compressed item (after the scan: sparse-bitmask needs its nnz).
+void plan_parts(Item& it, const Resolved& r);
+
+/// The reader's open-time validation (format/grouping.cpp) over the planned entries and the
+/// config text about to be written: every compressed item must come back as one tensor of the
+/// requested format with its input shape. Throws Error{internal} naming the tensor otherwise.
+void check_plan(const Plan& plan, const Resolved& r, const std::string& config_text);
+
+}  // namespace ctstream::writer
