@@ -22,6 +22,6 @@ if [ "${CTSTREAM_SKIP_SANITIZE:-0}" != 1 ]; then
      ctest --output-on-failure -j2)
 fi
 if [ "${CTSTREAM_SKIP_FUZZ:-0}" != 1 ]; then
-  echo "== libFuzzer smoke run of the open + decode path (clang, ASan + UBSan)"
-  bash tools/fuzz.sh "${CTSTREAM_FUZZ_SECONDS:-30}"
+  echo "== libFuzzer: replay every committed corpus, then ${CTSTREAM_FUZZ_SECONDS:-10} s per target (clang, ASan + UBSan)"
+  bash tools/fuzz.sh smoke "${CTSTREAM_FUZZ_SECONDS:-10}"
 fi

@@ -422,6 +422,18 @@ TEST_CASE("compress failures name the tensor and leave nothing behind", "[writer
     write_model(tmp.path / "nan", m, "bfloat16");
     expect(base, ErrorKind::invalid_argument, m[5].name, tmp.path / "nan", "nan");
   }
+  // A range the work dtype cannot hold (fuzz_writer finding): F16 values from -50208 to 33024,
+  // asymmetric int8 -> the library's scale (max - min) / 255 overflows F16 to inf and the tensor
+  // would decode to NaN. Refused instead of written.
+  {
+    auto m = make_model(DType::F16);
+    for (size_t i = 0; i < m[5].values.size(); ++i) m[5].values[i] = i % 2 ? 33024.f : -50208.f;
+    write_model(tmp.path / "wide", m, "float16");
+    CompressOptions a;
+    a.format = Format::int_quantized;
+    a.symmetric = false;
+    expect(a, ErrorKind::invalid_argument, m[5].name, tmp.path / "wide", "range overflows F16");
+  }
   // Output exists and is not empty: refused, untouched; --overwrite replaces it atomically.
   {
     fs::create_directories(tmp.path / "busy");
