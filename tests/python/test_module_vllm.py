@@ -1,12 +1,9 @@
-"""ctstream.vllm: weights_iterator yields (name, torch.Tensor) like vLLM's
-safetensors_weights_iterator; packed=True is byte for byte that iterator's output; register()
-installs a DefaultModelLoader subclass (checked against a stand-in of vLLM's loader API, since
-vLLM itself needs a GPU build)."""
+"""ctstream.vllm without vLLM: weights_iterator yields (name, torch.Tensor) like vLLM's
+safetensors_weights_iterator; packed=True is byte for byte that iterator's output; the mode rule.
+The plugin itself is tested on a real vLLM engine: tests/vllm/."""
 from __future__ import annotations
 
 import os
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -102,34 +99,36 @@ def test_load_weights_like_vllm():
         assert torch.equal(bits(p.data), bits(ref[n])), n
 
 
-def test_register_with_vllm_loader_api(monkeypatch):
-    registry = {}
+def test_dense_drops_activation_leftovers_stored_keeps_them():
+    d = CT / "v020_fp8_tensor_static_bf16"
+    dense = dict(cv.weights_iterator(str(d)))
+    assert not [n for n in dense if n.endswith(cv.ACTIVATION_LEFTOVERS)]
+    stored = dict(cv.weights_iterator(str(d), packed=True))
+    assert [n for n in stored if n.endswith(".input_scale")]
+    assert set(stored) == set(dict(safetensors_weights_iterator(files_of(d))))
 
-    class DefaultModelLoader:  # stand-in: vLLM's constructor takes a LoadConfig
-        def __init__(self, load_config):
-            self.load_config = load_config
 
-    def register_model_loader(load_format):
-        def wrap(cls):
-            registry[load_format] = cls
-            return cls
-        return wrap
+def test_expert_parallel_filter_skips_other_experts_weights_only():
+    names = ["model.layers.0.mlp.experts.3.down_proj.weight", "model.layers.0.mlp.experts.3.down_proj.weight_scale",
+             "model.layers.0.mlp.experts.4.up_proj.weight_packed", "model.layers.0.mlp.gate.weight"]
+    assert [cv._skip_expert(n, {4}) for n in names] == [True, False, False, False]
+    assert not any(cv._skip_expert(n, None) for n in names)
 
-    ml = types.ModuleType("vllm.model_executor.model_loader")
-    ml.register_model_loader = register_model_loader
-    dl = types.ModuleType("vllm.model_executor.model_loader.default_loader")
-    dl.DefaultModelLoader = DefaultModelLoader
-    for name, mod in [("vllm", types.ModuleType("vllm")), ("vllm.model_executor", types.ModuleType("vllm.model_executor")),
-                      ("vllm.model_executor.model_loader", ml), ("vllm.model_executor.model_loader.default_loader", dl)]:
-        monkeypatch.setitem(sys.modules, name, mod)
 
-    cls = cv.register("ctstream", dtype="bfloat16")
-    assert registry["ctstream"] is cls and issubclass(cls, DefaultModelLoader)
-    loader = cls(types.SimpleNamespace(use_tqdm_on_load=False))
-    d = CT / "v020_fp8_channel_dynamic_bf16"
-    model_config = types.SimpleNamespace(model=str(d), revision=None)
-    got = dict(loader.get_all_weights(model_config, model=None))
-    want = dict(cv.weights_iterator(str(d), dtype="bfloat16"))
-    assert got.keys() == want.keys() and all(torch.equal(bits(got[k]), bits(want[k])) for k in got)
-    with pytest.raises(ValueError, match="local model directory"):
-        list(loader.get_all_weights(types.SimpleNamespace(model="org/model-on-the-hub"), model=None))
+def test_mode_follows_the_model_and_refuses_contradictions():
+    assert cv.resolve_mode("auto", "compressed-tensors") == "stored"
+    assert cv.resolve_mode("auto", None) == "dense"
+    assert cv.resolve_mode("auto", "ctstream") == "dense"
+    assert cv.resolve_mode("dense", None) == "dense"
+    with pytest.raises(ValueError, match="--quantization ctstream"):
+        cv.resolve_mode("dense", "compressed-tensors")
+    with pytest.raises(ValueError, match="mode 'stored'"):
+        cv.resolve_mode("stored", None)
+    with pytest.raises(ValueError, match="'gptq'"):
+        cv.resolve_mode("auto", "gptq")
+    with pytest.raises(ValueError, match="mode must be"):
+        cv.resolve_mode("packed", None)
+    assert cv._sparse_config({"quant_method": "compressed-tensors",
+                              "sparsity_config": {"format": "sparse-bitmask", "targets": ["Linear"]}})
+    assert not cv._sparse_config({"quant_method": "compressed-tensors", "sparsity_config": {}})
+    assert not cv._sparse_config({"quant_method": "gptq"})

@@ -434,6 +434,18 @@ TEST_CASE("compress failures name the tensor and leave nothing behind", "[writer
     a.symmetric = false;
     expect(a, ErrorKind::invalid_argument, m[5].name, tmp.path / "wide", "range overflows F16");
   }
+  // Finite weights whose dequantization overflows (fuzz_writer finding): 2-bit codes of values
+  // near the largest BF16 value decode to -inf. Refused instead of written.
+  {
+    auto m = make_model(DType::BF16);
+    m[5].values[3] = -3.0306e38f;
+    m[5].values[4] = 1.8e28f;
+    write_model(tmp.path / "huge", m, "bfloat16");
+    CompressOptions a;
+    a.num_bits = 2;
+    a.strategy = QuantStrategy::channel;
+    expect(a, ErrorKind::invalid_argument, m[5].name, tmp.path / "huge", "dequantization overflows");
+  }
   // Output exists and is not empty: refused, untouched; --overwrite replaces it atomically.
   {
     fs::create_directories(tmp.path / "busy");

@@ -286,12 +286,13 @@ class Checkpoint:
         return self._n.metadata(file)
 
     # -- data
-    def tensors(self, dtype: Any = None) -> "TensorIterator":
-        """Yields ``(name, tensor)`` for every tensor, decoded, in iteration order. Each tensor
-        is a fresh array you own; file pages of each tensor are dropped once it is decoded, so
-        resident memory stays about the tensors you keep plus one being decoded. The iterator
-        may be shared by several threads: each ``next()`` hands out a different tensor."""
-        return TensorIterator(self._n.iter(_dtype_str(dtype)), self._fw)
+    def tensors(self, dtype: Any = None, names: Optional[List[str]] = None) -> "TensorIterator":
+        """Yields ``(name, tensor)`` for every tensor (or for ``names``, in that order), decoded
+        ahead on worker threads within the budget. Each tensor is a fresh array you own; file
+        pages of each tensor are dropped once it is decoded, so resident memory stays about the
+        tensors you keep plus the budget. The iterator may be shared by several threads: each
+        ``next()`` hands out a different tensor."""
+        return TensorIterator(self._n.iter(_dtype_str(dtype), None if names is None else list(names)), self._fw)
 
     def get(self, name: str, dtype: Any = None, out: Any = None):
         """Decodes one tensor. With ``out=`` it is written into that torch tensor / numpy array
@@ -315,6 +316,11 @@ class Checkpoint:
         decode only those rows/columns. One restricted dimension is decoded natively (the
         cheapest); further restrictions are applied to that result."""
         return TensorSlice(self, name, dtype)
+
+    def part(self, name: str, role: str):
+        """One stored part of a tensor, undecoded (see ``packed``)."""
+        arr, dt = self._n.read_part(name, role)
+        return _wrap(arr, dt, self._fw)
 
     def packed(self, name: str) -> Dict[str, Any]:
         """The stored parts of a tensor, undecoded: ``{role: tensor}`` (e.g. ``weight_packed``,

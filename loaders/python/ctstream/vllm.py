@@ -1,28 +1,67 @@
-"""vLLM adapter: ``weights_iterator`` yields ``(name, torch.Tensor)`` pairs exactly like vLLM's
-``safetensors_weights_iterator`` (CPU tensors, checkpoint names), so it drops into a model's
-``load_weights``; ``register`` installs it as a vLLM load format.
+"""vLLM integration: ``--load-format ctstream``.
 
-Two modes:
+Installing ctstream (``pip install .``) declares a ``vllm.general_plugins`` entry point, so every
+vLLM process - API server, engine core, workers, spawned or forked - calls ``register()``, which
+adds two things to vLLM:
 
-* ``packed=False`` (default): every tensor decoded (``...weight`` for ``weight_packed`` +
-  ``weight_scale`` + ...), in its natural dtype or ``dtype=``: for a vLLM model built *without*
-  quantization (dense kernels).
-* ``packed=True``: the stored entries as they are in the files (``weight_packed``,
-  ``weight_scale``, ...), byte for byte what ``safetensors_weights_iterator`` yields: for vLLM's
-  own compressed-tensors kernels.
+* the load format ``ctstream``: vLLM's own ``DefaultModelLoader`` (file discovery, secondary
+  weights, prefixes, allow patterns, expert-parallel filtering, the load timer, weight tracking,
+  ``process_weights_after_loading``) with ctstream as the source of tensors;
+* the quantization method ``ctstream``: builds a compressed-tensors checkpoint's model
+  *unquantized* (plain ``.weight`` parameters), for the load format to fill with decoded weights.
+  It claims by itself the checkpoints vLLM refuses (sparse-bitmask, 2:4, marlin-24 configs: "Sparsity
+  support has been removed"), so those need nothing but ``--load-format ctstream``.
 
-vLLM itself is only imported by ``register``.
+Which tensors are yielded follows from how vLLM built the model (``mode`` "auto"):
+
+* built with the checkpoint's ``compressed-tensors`` quantization -> **stored** parts
+  (``weight_packed``, ``weight_scale``, ...) under their file names, byte for byte what vLLM's own
+  safetensors iterator yields; vLLM repacks them for its kernels;
+* built unquantized (``--quantization ctstream``, ``hf_overrides={"quantization_config": None}``,
+  or a sparse checkpoint) -> **dense**: every tensor decoded to the model dtype; activation
+  quantization leftovers (``input_scale``, ``input_zero_point``, ``input_global_scale``,
+  ``output_*``, kv-cache scales) are dropped, as an unquantized model has no parameter for them.
+
+Decoded weights are never yielded into quantized parameters, nor packed parts into dense ones: a
+``mode`` forced through ``--model-loader-extra-config`` that contradicts the model is refused
+with a message saying what to pass.
+
+    vllm serve MODEL --load-format ctstream                            # stored or sparse->dense
+    vllm serve MODEL --load-format ctstream --quantization ctstream    # any checkpoint, dense
+    vllm serve MODEL --load-format ctstream --model-loader-extra-config '{"threads": 8, "io": "pread"}'
+
+``--model-loader-extra-config`` keys: ``mode`` ("auto" | "stored" | "dense"), ``threads`` (decode
+threads, 0 = all cores), ``budget`` (bytes decoded ahead, e.g. "512MB"), ``io`` ("mmap" |
+"pread"); vLLM's own keys pass through to its loader.
+
+``weights_iterator`` is the same source as a plain function, for code that calls a model's
+``load_weights`` itself.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Generator, Iterable, Optional, Tuple, Union
+import re
+from typing import Any, Dict, Generator, Iterable, Optional, Set, Tuple, Union
 
 import ctstream
 
-__all__ = ["weights_iterator", "register"]
+__all__ = ["weights_iterator", "register", "LOAD_FORMAT", "QUANTIZATION", "EXTRA_CONFIG_KEYS",
+           "ACTIVATION_LEFTOVERS"]
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+LOAD_FORMAT = "ctstream"
+QUANTIZATION = "ctstream"
+EXTRA_CONFIG_KEYS = ("mode", "threads", "budget", "io")
+MODES = ("auto", "stored", "dense")
+# Checkpoint entries an unquantized model has no parameter for (activation / kv-cache
+# quantization parameters: compressed_tensors.quantization.lifecycle.initialize).
+ACTIVATION_LEFTOVERS = (
+    ".input_scale", ".input_zero_point", ".input_global_scale",
+    ".output_scale", ".output_zero_point", ".output_global_scale",
+    ".q_scale", ".k_scale", ".v_scale", ".q_zero_point", ".k_zero_point", ".v_zero_point", ".kv_scale",
+)
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
 
 def _source(files_or_dir: Union[PathLike, Iterable[PathLike]]) -> Tuple[str, Optional[set]]:
@@ -38,9 +77,25 @@ def _source(files_or_dir: Union[PathLike, Iterable[PathLike]]) -> Tuple[str, Opt
     return dirs.pop(), {os.path.realpath(f) for f in files}
 
 
-def _progress(iterable, total: int, enabled: bool):
+def _skip_expert(name: str, local_expert_ids: Optional[Set[int]]) -> bool:
+    """vLLM's expert-parallel filter (model_loader/ep_weight_filter.py `should_skip_weight`):
+    a non-local expert's weights (not its scales) are never read."""
+    if not local_expert_ids:
+        return False
+    m = _EXPERT.search(name)
+    return bool(m) and name.endswith((".weight", ".weight_packed")) and int(m.group(1)) not in local_expert_ids
+
+
+def _progress(iterable, total: int, enabled: bool, desc: str):
     if not enabled:
         return iterable
+    try:
+        from vllm.model_executor.model_loader.weight_utils import _BAR_FORMAT, enable_tqdm
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, total=total, desc=desc, bar_format=_BAR_FORMAT, disable=not enable_tqdm(True))
+    except ImportError:
+        pass
     try:
         import torch.distributed as dist
 
@@ -49,7 +104,7 @@ def _progress(iterable, total: int, enabled: bool):
         from tqdm.auto import tqdm
     except ImportError:
         return iterable
-    return tqdm(iterable, total=total, desc="Loading checkpoint (ctstream)")
+    return tqdm(iterable, total=total, desc=desc)
 
 
 def weights_iterator(
@@ -61,52 +116,99 @@ def weights_iterator(
     threads: int = 0,
     budget: Union[None, int, str] = None,
     io: str = "mmap",
+    drop_activation_params: Optional[bool] = None,
+    local_expert_ids: Optional[Set[int]] = None,
 ) -> Generator[Tuple[str, Any], None, None]:
     """Yields ``(name, torch.Tensor)`` for a checkpoint, like vLLM's
     ``safetensors_weights_iterator(hf_weights_files, use_tqdm_on_load)``.
 
-    hf_weights_files: the list of ``*.safetensors`` files vLLM passes (all in one directory,
-        whose config.json says how they are compressed; tensors of other shards are skipped),
-        or simply the model directory / a single file.
+    hf_weights_files: the ``*.safetensors`` files (all in one directory, whose config.json says
+        how they are compressed; tensors of other shards are skipped), or the model directory.
+    packed: yield the stored entries as they are in the files (``weight_packed``, ...): what vLLM's
+        compressed-tensors layers consume. Otherwise every tensor decoded (``...weight``).
     dtype: output dtype of floating and decoded tensors (None: each tensor's natural dtype).
-    packed: yield the stored entries undecoded (see the module docstring).
+    drop_activation_params: leave out ACTIVATION_LEFTOVERS (default: when decoding).
+    local_expert_ids: expert-parallel rank's experts; other experts' weights are not read.
     threads, budget, io: as for ``ctstream.open``.
     """
     path, wanted = _source(hf_weights_files)
+    drop = (not packed) if drop_activation_params is None else drop_activation_params
     with ctstream.open(path, threads=threads, budget=budget, io=io, framework="pt") as ckpt:
         keep = None
         if wanted is not None:
             keep = {i for i, f in enumerate(ckpt.files) if os.path.realpath(f) in wanted}
-        infos = [t for t in ckpt.infos() if keep is None or t.parts[0].file in keep]
-        if packed:
-            for info in _progress(infos, len(infos), use_tqdm_on_load):
-                for role, tensor in ckpt.packed(info.name).items():
-                    yield info.parts[[p.role for p in info.parts].index(role)].key, tensor
+
+        def wanted_name(name: str) -> bool:
+            return not (drop and name.endswith(ACTIVATION_LEFTOVERS)) and not _skip_expert(name, local_expert_ids)
+
+        if packed:  # each stored entry of the wanted files, in file order: vLLM's own iterator
+            parts = [(info.name, p) for info in ckpt.infos() for p in info.parts
+                     if (keep is None or p.file in keep) and wanted_name(p.key)]
+            parts.sort(key=lambda np: (np[1].file, np[1].offset))
+            for name, p in _progress(parts, len(parts), use_tqdm_on_load, "Loading checkpoint (ctstream, stored parts)"):
+                yield p.key, ckpt.part(name, p.role)
             return
-        if keep is None:
-            it = ckpt.tensors(dtype=dtype)
-            yield from _progress(it, len(infos), use_tqdm_on_load)
-            return
-        for info in _progress(infos, len(infos), use_tqdm_on_load):
-            yield info.name, ckpt.get(info.name, dtype=dtype)
+        names = [t.name for t in ckpt.infos() if (keep is None or t.parts[0].file in keep) and wanted_name(t.name)]
+        # decoded ahead on worker threads, within the budget
+        yield from _progress(ckpt.tensors(dtype=dtype, names=names), len(names), use_tqdm_on_load,
+                             "Loading checkpoint (ctstream, decoded)")
 
 
-def register(load_format: str = "ctstream", **iterator_kwargs: Any):
-    """Registers a vLLM model loader named ``load_format`` that reads weights with
-    ``weights_iterator(model_dir, use_tqdm_on_load, **iterator_kwargs)``; returns its class.
-    Use it with ``LLM(model=local_dir, load_format="ctstream")`` (the model must be a local
-    directory). Needs a vLLM with ``register_model_loader`` (0.10 or later)."""
-    from vllm.model_executor.model_loader import register_model_loader
-    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+# ---- vLLM ---------------------------------------------------------------------------------------
 
-    class CtstreamModelLoader(DefaultModelLoader):
-        """vLLM's default loader with ctstream as the weights source."""
+_registered = False
 
-        def get_all_weights(self, model_config, model):
-            model_dir = model_config.model
-            if not os.path.isdir(model_dir):
-                raise ValueError(f"load_format={load_format!r} needs a local model directory, got {model_dir!r}")
-            yield from weights_iterator(model_dir, self.load_config.use_tqdm_on_load, **iterator_kwargs)
 
-    CtstreamModelLoader.__name__ = CtstreamModelLoader.__qualname__ = "CtstreamModelLoader"
-    return register_model_loader(load_format)(CtstreamModelLoader)
+def _sparse_config(hf_quant_cfg: Any) -> bool:
+    """A compressed-tensors config vLLM refuses (compressed_tensors.py `_parse_sparsity_config`:
+    "Sparsity support has been removed" whenever sparsity_config has targets)."""
+    if not isinstance(hf_quant_cfg, dict):
+        return False
+    if str(hf_quant_cfg.get("quant_method", "")).replace("_", "-") not in ("compressed-tensors", "sparseml"):
+        return False
+    sp = hf_quant_cfg.get("sparsity_config")
+    return isinstance(sp, dict) and bool(sp.get("targets")) and str(sp.get("format", "dense")) != "dense"
+
+
+def _dtype_name(torch_dtype: Any) -> Optional[str]:
+    s = str(torch_dtype).replace("torch.", "")
+    return s if s in ("bfloat16", "float16", "float32") else None
+
+
+def resolve_mode(requested: str, model_quantization: Optional[str]) -> str:
+    """The mode for a model vLLM built with `model_quantization` ("compressed-tensors", None,
+    "ctstream", ...); raises ValueError naming what to pass when `requested` contradicts it."""
+    if requested not in MODES:
+        raise ValueError(f"ctstream: mode must be one of {MODES}, not {requested!r}")
+    if model_quantization in (None, QUANTIZATION):
+        built = "dense"
+    elif model_quantization == "compressed-tensors":
+        built = "stored"
+    else:
+        raise ValueError(
+            f"ctstream: vLLM built this model with quantization {model_quantization!r}; the ctstream load format "
+            "reads compressed-tensors checkpoints into models built with their own compressed-tensors "
+            "quantization (stored parts) or unquantized (decoded weights: --quantization ctstream)")
+    if requested == "auto" or requested == built:
+        return built
+    if requested == "dense":
+        raise ValueError(
+            "ctstream: mode 'dense' decodes weights, but vLLM built this model with compressed-tensors "
+            "quantization, whose layers take the stored (packed) parts. Build it unquantized: pass "
+            "--quantization ctstream (or --hf-overrides '{\"quantization_config\": null}'), or use mode 'stored'")
+    raise ValueError(
+        "ctstream: mode 'stored' yields the checkpoint's packed parts, but vLLM built this model unquantized "
+        f"(quantization={model_quantization!r}): its layers take decoded weights. Drop --quantization ctstream / "
+        "the hf_overrides to build it with the checkpoint's compressed-tensors quantization, or use mode 'dense'")
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point (pyproject.toml): registers the ``ctstream`` load
+    format and quantization method in this vLLM process. Safe to call more than once."""
+    global _registered
+    if _registered:
+        return
+    from . import _vllm_plugin  # imports vLLM; its classes live at module level (vLLM pickles them)
+
+    _vllm_plugin.register_all()
+    _registered = True

@@ -239,8 +239,13 @@ class PyCheckpoint;
 // into buffers allocated here, which are handed to Python as arrays without a copy.
 class TensorIter {
  public:
-  TensorIter(CkPtr ck, std::optional<DType> dtype, uint64_t budget, unsigned threads)
-      : ck_(std::move(ck)), dtype_(dtype), budget_(budget), threads_(threads), st_(std::make_unique<State>()) {}
+  TensorIter(CkPtr ck, std::optional<DType> dtype, uint64_t budget, unsigned threads,
+             std::optional<std::vector<std::string>> names)
+      : ck_(std::move(ck)), dtype_(dtype), budget_(budget), threads_(threads), names_(std::move(names)),
+        st_(std::make_unique<State>()) {
+    if (names_)
+      for (const auto& n : *names_) (void)ck_->at(n);  // unknown names fail here, not mid-stream
+  }
 
   nb::tuple decode_next() {
     std::optional<ctstream::Stream::Item> item;
@@ -264,7 +269,7 @@ class TensorIter {
     return nb::make_tuple(t.name, make_array(b, item->dtype, {t.shape.begin(), t.shape.end()}, item->data.size()),
                           std::string(ctstream::dtype_name(item->dtype)));
   }
-  size_t remaining() const { return ck_->tensors().size() - st_->delivered; }
+  size_t remaining() const { return (names_ ? names_->size() : ck_->tensors().size()) - st_->delivered; }
   uint64_t budget() const { return budget_; }
   unsigned threads() const { return threads_; }
 
@@ -275,6 +280,7 @@ class TensorIter {
     so.dtype = dtype_;
     so.budget_bytes = budget_ ? budget_ : kDefaultBudget;
     so.threads = threads_;
+    if (names_) so.order = *names_;
     // Called on the worker thread, in delivery order: plain aligned memory (no GIL needed);
     // ownership passes to a capsule when the tensor is delivered.
     State* st = st_.get();
@@ -310,6 +316,7 @@ class TensorIter {
   std::optional<DType> dtype_;
   uint64_t budget_;   // bytes decoded ahead of the consumer (0: 512 MiB)
   unsigned threads_;
+  std::optional<std::vector<std::string>> names_;  // delivery order (all tensors when unset)
   std::unique_ptr<State> st_;
 };
 
@@ -478,7 +485,9 @@ class PyCheckpoint {
     return std::string(ctstream::dtype_name(resolve(ck()->at(name), dtype_arg(dtype))));
   }
 
-  TensorIter iter(std::optional<std::string> dtype) const { return TensorIter(ck(), dtype_arg(dtype), budget_, threads_); }
+  TensorIter iter(std::optional<std::string> dtype, std::optional<std::vector<std::string>> names) const {
+    return TensorIter(ck(), dtype_arg(dtype), budget_, threads_, std::move(names));
+  }
 
  private:
   CkPtr ck_;
@@ -599,5 +608,5 @@ NB_MODULE(_ctstream, m) {
            "start"_a = 0, "stop"_a = kNoStop)
       .def("resolved_dtype", &PyCheckpoint::resolved_dtype, "name"_a, "dtype"_a = nb::none())
       .def("read_part", &PyCheckpoint::read_part, "name"_a, "role"_a)
-      .def("iter", &PyCheckpoint::iter, "dtype"_a = nb::none());
+      .def("iter", &PyCheckpoint::iter, "dtype"_a = nb::none(), "names"_a = nb::none());
 }

