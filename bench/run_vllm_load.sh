@@ -4,7 +4,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-OUT=${1:-bench/out/vllm}
+OUT=bench/out/vllm
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then OUT=$1; shift; fi
 CT=build/bin/ctstream
 VENV=${CTSTREAM_VLLM_VENV:-$HOME/.cache/ctstream/vllm-venv}
 mkdir -p "$OUT"

@@ -58,6 +58,8 @@ def main():
         ("int4 g128", "int4", "ctstream, stored parts", {"load_format": "ctstream"}),
         ("int4 g128", "int4", "ctstream, decoded to bf16 (--quantization ctstream)",
          {"load_format": "ctstream", "quantization": "ctstream"}),
+        ("int4 g128", "int4", "ctstream, decoded to bf16, eager (`\"lazy\": false`)",
+         {"load_format": "ctstream", "quantization": "ctstream", "model_loader_extra_config": {"lazy": False}}),
     ]
     print(f"| checkpoint | loader | weights load (vLLM's figure) | LLM() total | peak RSS |")
     print("|---|---|---|---|---|")

@@ -25,14 +25,17 @@ def main():
     ap.add_argument("--extra", default=None)
     ap.add_argument("--mp", action="store_true")
     ap.add_argument("--prompts", default=None, help="JSON list of token-id lists (default PROMPTS)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor parallel size (implies --mp)")
     a = ap.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    if not a.mp:
+    if a.tp > 1:  # one CPU worker per core (vLLM's auto binding wants one NUMA node per worker)
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(i % os.cpu_count()) for i in range(a.tp)))
+    elif not a.mp:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams
 
     kw = dict(model=a.model, skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", max_model_len=128,
-              load_format=a.load_format, seed=0)
+              load_format=a.load_format, seed=0, tensor_parallel_size=a.tp)
     if a.quantization:
         kw["quantization"] = a.quantization
     if a.hf_overrides:

@@ -8,6 +8,8 @@ Llama and its compressed versions (make_models.py). Each engine run is its own p
   * int4 / int8 / fp8, model built unquantized (--quantization ctstream, and hf_overrides):
     ctstream's decode == vLLM loading the library's decompression as a dense model;
   * a checkpoint with static activation scales loads in dense mode;
+  * lazy decoding (the default) equals eager decoding; tensor parallelism (TP=2) decodes each
+    rank's slice and gives the TP=1 tokens;
   * vLLM's default multiprocessing (engine core + worker spawned: ctstream only through its
     entry point) and `vllm serve`;
   * mode mismatches and a ctstream-quantized model with another load format are refused with a
@@ -109,6 +111,19 @@ def test_dense_mode_equals_library_decompression(models, q):
     got = run(models / q, "--load-format", "ctstream", "--quantization", "ctstream")
     assert outputs(got) == reference(models, q + "_lib")
     assert "decoded" in got["log"]
+
+
+def test_eager_decoding_equals_lazy(models):
+    got = run(models / "int4", "--load-format", "ctstream", "--quantization", "ctstream", "--extra", '{"lazy": false}')
+    assert outputs(got) == reference(models, "int4_lib")
+
+
+def test_tensor_parallel_decodes_only_each_ranks_slice(models):
+    # TP=2: each rank's weight loaders narrow the lazily decoded tensors; the slice is decoded
+    # straight into the parameter. Same tokens as TP=1 (logprobs may differ in the last bits:
+    # the all-reduce sums in another order).
+    got = run(models / "int4", "--load-format", "ctstream", "--quantization", "ctstream", "--tp", "2")
+    assert [o["tokens"] for o in outputs(got)] == [o["tokens"] for o in reference(models, "int4_lib")]
 
 
 def test_hf_overrides_builds_it_dense_too(models):

@@ -317,8 +317,18 @@ class Checkpoint:
         cheapest); further restrictions are applied to that result."""
         return TensorSlice(self, name, dtype)
 
-    def part(self, name: str, role: str):
-        """One stored part of a tensor, undecoded (see ``packed``)."""
+    def part(self, name: str, role: str, *, copy: bool = True):
+        """One stored part of a tensor, undecoded (see ``packed``). ``copy=False`` (mmap mode):
+        a read-only zero-copy view of the mapped file, as safetensors' own loader returns, valid
+        while you hold it (the checkpoint stays mapped); in pread mode a copy regardless."""
+        if not copy:
+            v = self._n.view_part(name, role)
+            if v is not None:
+                import warnings
+
+                with warnings.catch_warnings():  # torch warns on read-only buffers; the view is not written
+                    warnings.simplefilter("ignore", UserWarning)
+                    return _wrap(v[0], v[1], self._fw)
         arr, dt = self._n.read_part(name, role)
         return _wrap(arr, dt, self._fw)
 

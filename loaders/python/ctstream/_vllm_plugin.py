@@ -126,7 +126,8 @@ class CtstreamModelLoader(DefaultModelLoader):
             threads=int(self.ctstream_options.get("threads", 0)),
             budget=self.ctstream_options.get("budget"),
             io=self.ctstream_options.get("io", "mmap"),
-            local_expert_ids=getattr(self, "local_expert_ids", None))
+            local_expert_ids=getattr(self, "local_expert_ids", None),
+            lazy=bool(self.ctstream_options.get("lazy", True)))
         return ((source.prefix + name, tensor) for name, tensor in it)
 
 

@@ -44,6 +44,7 @@ import re
 from typing import Any, Dict, Generator, Iterable, Optional, Set, Tuple, Union
 
 import ctstream
+from ctstream import _dtype_str
 
 __all__ = ["weights_iterator", "register", "LOAD_FORMAT", "QUANTIZATION", "EXTRA_CONFIG_KEYS",
            "ACTIVATION_LEFTOVERS"]
@@ -52,7 +53,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 LOAD_FORMAT = "ctstream"
 QUANTIZATION = "ctstream"
-EXTRA_CONFIG_KEYS = ("mode", "threads", "budget", "io")
+EXTRA_CONFIG_KEYS = ("mode", "threads", "budget", "io", "lazy")
 MODES = ("auto", "stored", "dense")
 # Checkpoint entries an unquantized model has no parameter for (activation / kv-cache
 # quantization parameters: compressed_tensors.quantization.lifecycle.initialize).
@@ -118,6 +119,7 @@ def weights_iterator(
     io: str = "mmap",
     drop_activation_params: Optional[bool] = None,
     local_expert_ids: Optional[Set[int]] = None,
+    lazy: bool = False,
 ) -> Generator[Tuple[str, Any], None, None]:
     """Yields ``(name, torch.Tensor)`` for a checkpoint, like vLLM's
     ``safetensors_weights_iterator(hf_weights_files, use_tqdm_on_load)``.
@@ -129,11 +131,15 @@ def weights_iterator(
     dtype: output dtype of floating and decoded tensors (None: each tensor's natural dtype).
     drop_activation_params: leave out ACTIVATION_LEFTOVERS (default: when decoding).
     local_expert_ids: expert-parallel rank's experts; other experts' weights are not read.
+    lazy: yield decoded tensors as ``ctstream._lazy.LazyTensor``: decoded only when used, only the
+        slice a weight loader narrows them to, straight into the parameter it is copied into
+        (tensor parallelism: each rank decodes what it keeps). Bit-identical to eager decoding.
     threads, budget, io: as for ``ctstream.open``.
     """
     path, wanted = _source(hf_weights_files)
     drop = (not packed) if drop_activation_params is None else drop_activation_params
-    with ctstream.open(path, threads=threads, budget=budget, io=io, framework="pt") as ckpt:
+    ckpt = ctstream.open(path, threads=threads, budget=budget, io=io, framework="pt")
+    try:
         keep = None
         if wanted is not None:
             keep = {i for i, f in enumerate(ckpt.files) if os.path.realpath(f) in wanted}
@@ -146,12 +152,42 @@ def weights_iterator(
                      if (keep is None or p.file in keep) and wanted_name(p.key)]
             parts.sort(key=lambda np: (np[1].file, np[1].offset))
             for name, p in _progress(parts, len(parts), use_tqdm_on_load, "Loading checkpoint (ctstream, stored parts)"):
-                yield p.key, ckpt.part(name, p.role)
+                # zero-copy views of the mapping (as vLLM's own mmap loader), copies in pread mode;
+                # once the consumer asks for the next one, this one's pages leave the process
+                yield p.key, ckpt.part(name, p.role, copy=False)
+                ckpt._n.release(name)
             return
-        names = [t.name for t in ckpt.infos() if (keep is None or t.parts[0].file in keep) and wanted_name(t.name)]
-        # decoded ahead on worker threads, within the budget
-        yield from _progress(ckpt.tensors(dtype=dtype, names=names), len(names), use_tqdm_on_load,
-                             "Loading checkpoint (ctstream, decoded)")
+        infos = [t for t in ckpt.infos() if (keep is None or t.parts[0].file in keep) and wanted_name(t.name)]
+        # Plain tensors that need no conversion are zero-copy views of the mapping (mmap mode), as
+        # vLLM's own loader yields them; everything else is decoded ahead on worker threads,
+        # within the budget, in the same order.
+        nat = ckpt._n.resolved_dtype
+        dt = _dtype_str(dtype)
+        as_is = [io == "mmap" and t.format == "dense" and nat(t.name, dt) == t.dtype for t in infos]
+        lazies = {}
+        if lazy:
+            from ._lazy import lazy as make_lazy
+
+            for t, v in zip(infos, as_is):
+                if not v and (lt := make_lazy(ckpt, t.name, dt)) is not None:
+                    lazies[t.name] = lt
+        decoded = iter(ckpt.tensors(dtype=dtype, names=[t.name for t, v in zip(infos, as_is) if not v and t.name not in lazies]))
+        for t, v in _progress(list(zip(infos, as_is)), len(infos), use_tqdm_on_load, "Loading checkpoint (ctstream, decoded)"):
+            if v:
+                yield t.name, ckpt.part(t.name, t.parts[0].role, copy=False)
+                ckpt._n.release(t.name)
+            elif t.name in lazies:
+                yield t.name, lazies.pop(t.name)
+                ckpt._n.release(t.name)
+            else:
+                name, tensor = next(decoded)
+                assert name == t.name
+                yield name, tensor
+    finally:
+        # Lazy tensors keep using the checkpoint after the loop: it closes when the last of them is
+        # collected. Otherwise close it now.
+        if not lazy:
+            ckpt.close()
 
 
 # ---- vLLM ---------------------------------------------------------------------------------------

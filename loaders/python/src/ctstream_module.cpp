@@ -481,6 +481,29 @@ class PyCheckpoint {
                           std::string(ctstream::dtype_name(p->dtype)));
   }
 
+  // Zero-copy read-only array over one stored part in the file mapping (mmap mode), kept alive
+  // by a reference to the checkpoint: what safetensors' mmap loader hands out. Guarded against a
+  // file truncated since open; `None` in pread mode.
+  nb::object view_part(const std::string& name, const std::string& role) const {
+    CkPtr ck = this->ck();
+    if (ck->options().io != ctstream::IoMode::mmap) return nb::none();
+    const TensorInfo& t = ck->at(name);
+    const ctstream::TensorPart* p = t.part(role);
+    if (!p) throw nb::key_error(("tensor '" + name + "' has no stored part '" + role + "'").c_str());
+    const auto span = ck->part_view(*p);
+    auto* keep = new CkPtr(ck);
+    nb::capsule owner(keep, [](void* q) noexcept { delete static_cast<CkPtr*>(q); });
+    std::vector<size_t> shape(p->shape.begin(), p->shape.end());
+    if (sub_byte(p->dtype)) shape = {static_cast<size_t>(p->nbytes)};
+    auto arr = nb::ndarray<nb::numpy, nb::ro>(const_cast<std::byte*>(span.data()), shape.size(), shape.data(), owner,
+                                              nullptr, storage_dl(p->dtype));
+    return nb::make_tuple(arr, std::string(ctstream::dtype_name(p->dtype)));
+  }
+
+  // Drops a tensor's mapped file pages from the process (advisory; views stay valid: their pages
+  // fault back in from the page cache if touched again).
+  void release(const std::string& name) const { ck()->release(ck()->at(name)); }
+
   std::string resolved_dtype(const std::string& name, std::optional<std::string> dtype) const {
     return std::string(ctstream::dtype_name(resolve(ck()->at(name), dtype_arg(dtype))));
   }
@@ -608,5 +631,7 @@ NB_MODULE(_ctstream, m) {
            "start"_a = 0, "stop"_a = kNoStop)
       .def("resolved_dtype", &PyCheckpoint::resolved_dtype, "name"_a, "dtype"_a = nb::none())
       .def("read_part", &PyCheckpoint::read_part, "name"_a, "role"_a)
+      .def("view_part", &PyCheckpoint::view_part, "name"_a, "role"_a)
+      .def("release", &PyCheckpoint::release, "name"_a)
       .def("iter", &PyCheckpoint::iter, "dtype"_a = nb::none(), "names"_a = nb::none());
 }
