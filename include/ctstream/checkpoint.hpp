@@ -94,8 +94,11 @@ class Checkpoint {
 
   /// The files that make up the checkpoint (shards), index = TensorPart::file.
   std::span<const std::filesystem::path> files() const noexcept;
-  /// `__metadata__` of one file.
+  /// `__metadata__` of one file ({} when the file has none).
   const std::map<std::string, std::string>& file_metadata(uint32_t file) const;
+  /// Whether the file's header has a `__metadata__` object (safetensors' `metadata()` is None
+  /// otherwise, and {} for an empty one).
+  bool file_has_metadata(uint32_t file) const noexcept;
   /// Raw text of config.json, empty if the checkpoint has none.
   const std::string& config_json() const noexcept;
   const OpenOptions& options() const noexcept;

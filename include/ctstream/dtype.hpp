@@ -25,5 +25,17 @@ std::optional<DType> dtype_from_user(std::string_view name) noexcept;
 constexpr bool is_float_output(DType t) noexcept {
   return t == DType::F16 || t == DType::BF16 || t == DType::F32;
 }
+/// True for every floating dtype (F64, F32, F16, BF16, the F8 variants, F4, F6): what a requested
+/// output dtype applies to. Decode converts all of them to F32/F16/BF16 except F6, whose element
+/// order safetensors does not define (an error, never a silent copy).
+constexpr bool is_float(DType t) noexcept {
+  switch (t) {
+    case DType::F4: case DType::F6_E2M3: case DType::F6_E3M2: case DType::F8_E5M2: case DType::F8_E4M3:
+    case DType::F8_E8M0: case DType::F8_E4M3FNUZ: case DType::F8_E5M2FNUZ: case DType::F16: case DType::BF16:
+    case DType::F32: case DType::F64:
+      return true;
+    default: return false;
+  }
+}
 
 }  // namespace ctstream

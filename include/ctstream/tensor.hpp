@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -78,6 +79,12 @@ struct TensorInfo {
   /// The part with this role, or nullptr.
   const TensorPart* part(std::string_view role) const noexcept;
 };
+
+/// The dtype a tensor decodes to when `requested` is asked for: compressed tensors and every
+/// floating tensor convert to it; integer and bool tensors always come back as stored;
+/// nullopt gives the natural dtype (TensorInfo::dtype). The one rule every surface follows
+/// (decompress --dtype, Stream, Python dtype=, the C ABI).
+DType output_dtype(const TensorInfo& t, std::optional<DType> requested) noexcept;
 
 /// A half-open range [start, stop) along one dimension, for tensor-parallel shards.
 struct Slice {

@@ -49,7 +49,8 @@ static_assert(static_cast<int>(ctstream::DType::BF16) == CTSTREAM_BF16, "dtype e
 static_assert(static_cast<int>(ctstream::ErrorKind::corrupt_tensor) + 1 == CTSTREAM_ERR_CORRUPT_TENSOR,
               "status enum out of step with ctstream::ErrorKind");
 static_assert(static_cast<int>(ctstream::ErrorKind::out_of_memory) + 1 == CTSTREAM_ERR_OUT_OF_MEMORY &&
-                  static_cast<int>(ctstream::ErrorKind::internal) + 1 == CTSTREAM_ERR_INTERNAL,
+                  static_cast<int>(ctstream::ErrorKind::internal) + 1 == CTSTREAM_ERR_INTERNAL &&
+                  static_cast<int>(ctstream::ErrorKind::file_not_found) + 1 == CTSTREAM_ERR_FILE_NOT_FOUND,
               "status enum out of step with ctstream::ErrorKind");
 
 bool valid_dtype(int d) noexcept { return d >= 0 && d < kNumDTypes; }
@@ -135,7 +136,7 @@ const char* ctstream_status_name(int status) {
     case CTSTREAM_ERR_INTERNAL: return "internal";
     default: break;
   }
-  if (status >= CTSTREAM_ERR_IO && status <= CTSTREAM_ERR_CORRUPT_TENSOR)
+  if (status >= CTSTREAM_ERR_IO && status <= CTSTREAM_ERR_FILE_NOT_FOUND)
     return ctstream::error_kind_name(static_cast<ctstream::ErrorKind>(status - 1)).data();
   return "unknown_status";
 }

@@ -1,5 +1,9 @@
 #include "codecs/convert.hpp"
 
+#include <cstring>
+
+#include "codecs/minifloat.hpp"
+
 #include <cstdint>
 #include <cstring>
 
@@ -68,6 +72,31 @@ void convert(DType src, const void* in, DType dst, void* out, size_t n, Isa isa)
     return;
   }
   convert_kernel(src, dst, isa)(in, out, n);
+}
+
+bool widen_to_f32(DType src, const void* in, uint64_t first, uint64_t n, float* out) noexcept {
+  const auto* b = static_cast<const uint8_t*>(in);
+  switch (src) {
+    case DType::F64:
+      for (uint64_t i = 0; i < n; ++i) {
+        double d;
+        std::memcpy(&d, b + 8 * (first + i), 8);
+        out[i] = static_cast<float>(d);
+      }
+      return true;
+    case DType::F8_E4M3: for (uint64_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(b[first + i]); return true;
+    case DType::F8_E5M2: for (uint64_t i = 0; i < n; ++i) out[i] = e5m2_to_f32(b[first + i]); return true;
+    case DType::F8_E4M3FNUZ: for (uint64_t i = 0; i < n; ++i) out[i] = e4m3fnuz_to_f32(b[first + i]); return true;
+    case DType::F8_E5M2FNUZ: for (uint64_t i = 0; i < n; ++i) out[i] = e5m2fnuz_to_f32(b[first + i]); return true;
+    case DType::F8_E8M0: for (uint64_t i = 0; i < n; ++i) out[i] = e8m0fnu_to_f32(b[first + i]); return true;
+    case DType::F4:
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t k = first + i;
+        out[i] = e2m1_to_f32(static_cast<uint8_t>(k % 2 ? b[k / 2] >> 4 : b[k / 2] & 0xF));
+      }
+      return true;
+    default: return false;
+  }
 }
 
 }  // namespace ctstream::codecs

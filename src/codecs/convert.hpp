@@ -16,4 +16,11 @@ ConvertFn convert_kernel(DType src, DType dst, Isa isa) noexcept;
 /// Converts n elements; src == dst copies. Both must be float outputs (is_float_output).
 void convert(DType src, const void* in, DType dst, void* out, size_t n, Isa isa = active_isa()) noexcept;
 
+/// The other floating dtypes of safetensors (F64, the F8 variants, F4) read as f32: elements
+/// [first, first + n) of `in`, which holds the tensor from element 0 (F4: two per byte, element
+/// 2k in the low nibble, as torch's float4_e2m1fn_x2 and every FP4 producer pack them). F64 is
+/// rounded to f32 (torch converts F64 to F16 / BF16 through F32 too). Returns false for a dtype
+/// it cannot read (F6: safetensors defines no element order for it; non-float dtypes).
+bool widen_to_f32(DType src, const void* in, uint64_t first, uint64_t n, float* out) noexcept;
+
 }  // namespace ctstream::codecs

@@ -49,4 +49,31 @@ inline float e8m0_to_f32(uint8_t e) noexcept {
   return std::bit_cast<float>(static_cast<uint32_t>(e) << 23);
 }
 
+// ---- the dense safetensors float dtypes, as torch's `.to(torch.float32)` reads them ----------
+
+/// float8_e4m3fnuz: bias 8, no Inf, no -0; 0x80 is the only NaN.
+inline float e4m3fnuz_to_f32(uint8_t v) noexcept {
+  if (v == 0x80) return std::bit_cast<float>(0x7FC00000u);
+  const uint32_t s = static_cast<uint32_t>(v & 0x80) << 24;
+  const uint32_t e = (v >> 3) & 0xF, m = v & 0x7;
+  if (e == 0) return std::bit_cast<float>(s | std::bit_cast<uint32_t>(static_cast<float>(m) * 0.0009765625f));  // m * 2^-10
+  return std::bit_cast<float>(s | ((e + 119) << 23) | (m << 20));
+}
+
+/// float8_e5m2fnuz: bias 16, no Inf, no -0; 0x80 is the only NaN.
+inline float e5m2fnuz_to_f32(uint8_t v) noexcept {
+  if (v == 0x80) return std::bit_cast<float>(0x7FC00000u);
+  const uint32_t s = static_cast<uint32_t>(v & 0x80) << 24;
+  const uint32_t e = (v >> 2) & 0x1F, m = v & 0x3;
+  if (e == 0) return std::bit_cast<float>(s | std::bit_cast<uint32_t>(static_cast<float>(m) * 7.62939453125e-06f));  // m * 2^-17
+  return std::bit_cast<float>(s | ((e + 111) << 23) | (m << 21));
+}
+
+/// float8_e8m0fnu as torch reads it: 2^(e-127), 0xFF is NaN (the MX scale decode above gives
+/// +Inf there, as compressed-tensors computes 2**(e-127) in bf16).
+inline float e8m0fnu_to_f32(uint8_t e) noexcept {
+  if (e == 255) return std::bit_cast<float>(0x7FC00000u);
+  return e8m0_to_f32(e);
+}
+
 }  // namespace ctstream::codecs

@@ -22,6 +22,7 @@ std::string_view error_kind_name(ErrorKind kind) noexcept {
     case ErrorKind::corrupt_tensor: return "corrupt_tensor";
     case ErrorKind::out_of_memory: return "out_of_memory";
     case ErrorKind::internal: return "internal";
+    case ErrorKind::file_not_found: return "file_not_found";
   }
   return "unknown";
 }

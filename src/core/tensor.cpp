@@ -49,6 +49,12 @@ uint64_t TensorInfo::stored_bytes() const noexcept {
   return n;
 }
 
+DType output_dtype(const TensorInfo& t, std::optional<DType> requested) noexcept {
+  if (!requested) return t.dtype;
+  if (t.format != Format::dense || is_float(t.dtype)) return *requested;
+  return t.dtype;
+}
+
 const TensorPart* TensorInfo::part(std::string_view role) const noexcept {
   for (const auto& p : parts)
     if (p.role == role) return &p;

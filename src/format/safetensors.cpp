@@ -150,6 +150,7 @@ class HeaderSax final : public nlohmann::json_sax<nlohmann::json> {
           if (seen_meta_) fail(ErrorKind::invalid_header, file_, "", "__metadata__ given twice");
           seen_meta_ = true;
           h_.metadata.clear();
+          h_.has_metadata = true;
           st_.push_back(F::metadata);
         } else {
           cur_ = StEntry{key_, DType::U8, {}, 0, 0};

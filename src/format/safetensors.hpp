@@ -25,6 +25,7 @@ struct StHeader {
   uint64_t data_start = 0;               ///< 8 + header length
   std::vector<StEntry> entries;          ///< sorted by begin (= file order)
   std::map<std::string, std::string> metadata;
+  bool has_metadata = false;             ///< `__metadata__` present and not null (even if {})
 };
 
 /// Reads the 8-byte prefix and checks the header length against `file_size` and `max_header`.

@@ -74,7 +74,7 @@ ShardSet discover_shards(const fs::path& path, uint64_t max_json) {
   ShardSet lay;
   std::error_code ec;
   auto st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) throw Error(ErrorKind::io, path.string(), "", "no such file or directory");
+  if (ec || !fs::exists(st)) throw Error(ErrorKind::file_not_found, path.string(), "", "no such file or directory");
   if (fs::is_regular_file(st)) {
     lay.files.push_back(path);
     // A single shard of a saved model: its config.json beside it carries the scheme.

@@ -72,6 +72,7 @@ std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::
       raw.push_back({e.name, e.dtype, e.shape, fi, h.data_start + e.begin, e.end - e.begin});
     }
     ck.metadata.push_back(std::move(h.metadata));
+    ck.has_metadata.push_back(h.has_metadata);
     ck.files.push_back(std::move(f));
   }
   // Every tensor the index promises must be in the shard it names.
@@ -216,6 +217,10 @@ const std::map<std::string, std::string>& Checkpoint::file_metadata(uint32_t fil
   if (file >= impl_->metadata.size())
     throw Error(ErrorKind::invalid_argument, "", "", "file index " + std::to_string(file) + " out of range");
   return impl_->metadata[file];
+}
+
+bool Checkpoint::file_has_metadata(uint32_t file) const noexcept {
+  return file < impl_->has_metadata.size() && impl_->has_metadata[file];
 }
 
 const std::string& Checkpoint::config_json() const noexcept { return impl_->config; }

@@ -10,25 +10,69 @@ namespace {
 constexpr uint64_t kChunkBytes = 1ull << 20;  // per task, in source bytes
 }
 
+namespace {
+
+// F64 / F8 variants / F4 -> F32 / F16 / BF16, in chunks of elements (any element offset: an F4
+// chunk reads the bytes its nibbles live in).
+uint64_t decode_widened(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
+                        const SliceGeom& g) {
+  const TensorPart& p = t.parts.front();
+  const unsigned bits = dtype_bits(p.dtype), out_sz = dtype_bits(out_dtype) / 8;
+  const uint64_t run = g.len * g.inner;
+  const uint64_t chunk = 64u << 10;  // elements per task
+  const uint64_t per_run = (run + chunk - 1) / chunk;
+  const codecs::ConvertFn fn = out_dtype == DType::F32 ? nullptr : codecs::convert_kernel(DType::F32, out_dtype, codecs::active_isa());
+  parallel_for(g.outer * per_run, g.out_elems() >= 4 * chunk ? ck.threads() : 1, [&](size_t task) {
+    const uint64_t o = task / per_run, c = task % per_run;
+    const uint64_t first = c * chunk, count = std::min(chunk, run - first);
+    const uint64_t e0 = (o * g.dim + g.start) * g.inner + first;  // first source element
+    const uint64_t b0 = e0 * bits / 8, b1 = ((e0 + count) * bits + 7) / 8;
+    thread_local std::vector<std::byte> raw;
+    thread_local std::vector<float> f;
+    raw.resize(b1 - b0);
+    ck.file_of(p).read_at(p.offset + b0, raw);
+    f.resize(count);
+    // Element e0 sits at element e0 - b0 * 8 / bits of the bytes read (0 or 1 for F4).
+    codecs::widen_to_f32(p.dtype, raw.data(), e0 - b0 * 8 / bits, count, f.data());
+    std::byte* dst = out.data() + (o * run + first) * out_sz;
+    if (fn) fn(f.data(), dst, count);
+    else std::memcpy(dst, f.data(), count * 4);
+  });
+  return g.out_elems() * out_sz;
+}
+
+}  // namespace
+
 uint64_t decode_dense(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                       const SliceGeom& g) {
   const TensorPart& p = t.parts.front();
   const DType src = p.dtype;
   const bool convert = src != out_dtype;
-  if (convert && !(is_float_output(src) && is_float_output(out_dtype)))
+  // F64, the F8 variants and F4 are widened to f32 first (codecs::widen_to_f32), then rounded.
+  const bool widen = convert && is_float(src) && !is_float_output(src);
+  if (convert && !is_float_output(out_dtype))
     fail(ck, t, ErrorKind::unsupported,
          "cannot convert " + std::string(dtype_name(src)) + " to " + std::string(dtype_name(out_dtype)) +
-             " (conversion is among F32/F16/BF16; other dtypes are copied as stored)");
+             " (floating tensors convert to F32, F16 or BF16; other dtypes are copied as stored)");
+  if (convert && !is_float(src))
+    fail(ck, t, ErrorKind::unsupported,
+         "cannot convert " + std::string(dtype_name(src)) + " to " + std::string(dtype_name(out_dtype)) +
+             " (only floating tensors convert; integer and bool tensors are copied as stored)");
+  if (widen && (src == DType::F6_E2M3 || src == DType::F6_E3M2))
+    fail(ck, t, ErrorKind::unsupported,
+         "cannot convert " + std::string(dtype_name(src)) +
+             ": safetensors defines no element order for 6-bit values (read it as stored, without a dtype)");
   const unsigned src_bits = dtype_bits(src);
   const bool sliced = g.len != g.dim || g.outer != 1 || g.inner != 1;
-  if (src_bits % 8 != 0 && sliced)
-    fail(ck, t, ErrorKind::unsupported, "slicing a sub-byte " + std::string(dtype_name(src)) + " tensor");
+  if (src_bits % 8 != 0 && sliced && !widen)
+    fail(ck, t, ErrorKind::unsupported, "slicing a sub-byte " + std::string(dtype_name(src)) + " tensor (as stored)");
   const uint64_t need = (g.out_elems() * dtype_bits(out_dtype) + 7) / 8;
   if (out.size() < need)
     fail(ck, t, ErrorKind::buffer_too_small,
          "output holds " + std::to_string(out.size()) + " bytes, decode needs " + std::to_string(need));
   if (need == 0) return 0;
   ck.guard(p);
+  if (widen) return decode_widened(ck, t, out, out_dtype, g);
   if (src_bits % 8 != 0) {  // whole sub-byte tensor, copied as stored
     ck.file_of(p).read_at(p.offset, out.first(p.nbytes));
     return p.nbytes;

@@ -8,9 +8,7 @@
 namespace ctstream {
 
 DType decompressed_dtype(const TensorInfo& t, const DecompressOptions& opt) noexcept {
-  if (!opt.dtype) return t.dtype;
-  if (t.format != Format::dense || is_float_output(t.dtype)) return *opt.dtype;
-  return t.dtype;
+  return output_dtype(t, opt.dtype);
 }
 
 uint64_t decompress_to_file(const Checkpoint& ckpt, const std::filesystem::path& out, const DecompressOptions& opt) {

@@ -35,6 +35,7 @@ struct Checkpoint::Impl {
   std::vector<std::filesystem::path> paths;
   std::vector<std::unique_ptr<io::File>> files;
   std::vector<std::map<std::string, std::string>> metadata;
+  std::vector<bool> has_metadata;
   std::string config;
   std::vector<TensorInfo> tensors;
   std::unordered_map<std::string, size_t> by_name;

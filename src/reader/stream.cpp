@@ -125,8 +125,7 @@ struct Stream::Impl {
   }
 
   DType out_dtype(const TensorInfo& t) const {
-    if (!opt.dtype || (t.format == Format::dense && !is_float_output(t.dtype))) return t.dtype;
-    return *opt.dtype;
+    return output_dtype(t, opt.dtype);
   }
 
   // Where the next ring region of `size` bytes would go, or nullopt if it would overlap a

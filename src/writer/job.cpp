@@ -216,7 +216,7 @@ std::string Job::config_text() const {
     // llm-compressor's SparsityConfigMetadata: global_sparsity = zeros / parameters, model-wide.
     double zeros = 0, total = 0;
     for (const auto& it : items_) {
-      if (!is_float(it.t->dtype)) continue;
+      if (!is_float_output(it.t->dtype)) continue;
       total += static_cast<double>(it.t->numel());
       if (!it.compress) continue;
       zeros += r_.format == Format::sparse_bitmask ? static_cast<double>(it.t->numel() - it.nnz)
@@ -296,7 +296,7 @@ void Job::write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr) {
   const uint64_t step = t.shape.empty() || t.format != Format::dense || dtype_bits(t.dtype) < 8
                             ? std::max<uint64_t>(rows, 1)
                             : std::max<uint64_t>(1, kChunk / row_bytes);
-  const bool via_f32 = is_float(t.dtype) && (it.convert || t.format != Format::dense);
+  const bool via_f32 = is_float_output(t.dtype) && (it.convert || t.format != Format::dense);
   ErrStats st;
   std::vector<float> v;
   std::vector<std::byte> outb;

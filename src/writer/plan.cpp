@@ -41,7 +41,6 @@ bool linear_like(const std::string& module, const TensorInfo& t) {
 
 }  // namespace
 
-bool is_float(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16; }
 bool is_quantized_format(Format f) {
   return f == Format::pack_quantized || f == Format::int_quantized || f == Format::float_quantized ||
          f == Format::nvfp4_pack_quantized;
@@ -67,7 +66,7 @@ Resolved resolve(const CompressOptions& o) {
   const std::string fname(format_name(o.format));
   switch (o.format) {
     case Format::dense:
-      if (o.dtype && !is_float(*o.dtype)) bad("dense: dtype must be bf16, fp16 or fp32");
+      if (o.dtype && !is_float_output(*o.dtype)) bad("dense: dtype must be bf16, fp16 or fp32");
       r.scheme = o.dtype ? "dense " + std::string(dtype_name(*o.dtype)) : "dense copy";
       return r;
     case Format::sparse_bitmask: r.scheme = "bitmask"; return r;
@@ -170,7 +169,7 @@ Plan make_plan(const Checkpoint& ck, const CompressOptions& o, const Resolved& r
     Item it;
     it.t = &t;
     it.work = t.dtype;
-    if (o.dtype && is_float(t.dtype)) {
+    if (o.dtype && is_float_output(t.dtype)) {
       it.work = *o.dtype;
       it.convert = it.work != t.dtype;
     }
@@ -180,7 +179,7 @@ Plan make_plan(const Checkpoint& ck, const CompressOptions& o, const Resolved& r
       if (targets.matches(it.module, t) && !ignore.matches(it.module, t)) {
         it.compress = true;
         const std::string fname(format_name(r.format));
-        if (!is_float(it.work))
+        if (!is_float_output(it.work))
           fail(ErrorKind::unsupported, file_of(t), t.name, "dtype " + std::string(dtype_name(t.dtype)) +
                " cannot be stored as " + fname + " (needs F32, F16 or BF16 weights); add the module to --ignore");
         // The format table decides what the format can hold, exactly as the reader will.

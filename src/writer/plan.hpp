@@ -17,7 +17,6 @@
 
 namespace ctstream::writer {
 
-bool is_float(DType d);
 bool is_quantized_format(Format f);
 bool is_sparse_format(Format f);
 

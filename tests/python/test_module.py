@@ -276,16 +276,16 @@ def test_slices_equal_slicing_the_full_tensor():
             R, C = info.shape
             assert s.get_shape() == [R, C] and len(s) == R and s.get_dtype() == info.dtype
             for key in [slice(1, R // 2), (slice(None), slice(C // 3, C)), (slice(1, 3), slice(2, 5)), 0, -1,
-                        (Ellipsis, slice(0, 2)), (slice(None), 1), slice(R, R), slice(None), (1, 2)]:
+                        (Ellipsis, slice(0, 2)), (slice(None), 1), slice(R, R), slice(None), (1, 2), slice(None, None, 2),
+                        (slice(None), slice(1, None, 3)), None, (None, slice(1, 3)), True, [0, 2], [], (slice(None), [1, 0]),
+                        torch.tensor([1, 0]), (Ellipsis, -2), slice(-3, None), slice(1, 10**6)]:
                 got = s[key]
-                want = full[key]
-                assert same(got.contiguous(), want.contiguous()), f"{info.name}[{key}]"
-            with pytest.raises(ValueError, match="step 1"):
-                s[::2]
-            with pytest.raises(IndexError):
-                s[R]
-            with pytest.raises(IndexError):
-                s[0, 0, 0]
+                want = full[key]  # torch's own indexing of the whole decoded tensor
+                assert got.shape == want.shape and same(got.contiguous(), want.contiguous()), f"{info.name}[{key}]"
+            for bad, exc in [(R, IndexError), ((0, 0, 0), IndexError), (slice(None, None, -1), ValueError), (1.5, IndexError)]:
+                with pytest.raises(exc) as e:  # torch's error type and message, as a ctstream.Error
+                    s[bad]
+                assert isinstance(e.value, ctstream.Error)
             assert ck.get_slice(info.name, dtype="float32")[0:2].dtype == torch.float32
 
 
@@ -316,9 +316,10 @@ def test_packed_equals_the_stored_entries():
 
 
 def test_errors():
-    with pytest.raises(ctstream.Error) as e:
+    with pytest.raises(FileNotFoundError) as e:  # the builtin, and a ctstream.Error
         ctstream.open(FIX / "no" / "such" / "model")
-    assert e.value.kind in ("io", "not_found") and "no/such/model" in str(e.value)
+    assert isinstance(e.value, ctstream.Error) and isinstance(e.value, ctstream.FileNotFoundError)
+    assert e.value.kind == "file_not_found" and "no/such/model" in str(e.value)
     with ctstream.open(PACK) as ck:
         with pytest.raises(KeyError) as e:
             ck.get("no.such.tensor")
@@ -328,8 +329,9 @@ def test_errors():
             ck.info("no.such.tensor")
         with pytest.raises(KeyError, match="no stored part"):
             ck._n.read_part(W, "bitmask")
-    with pytest.raises(ValueError, match="closed"):
+    with pytest.raises(ValueError, match="closed") as e:
         ck.get(W)
+    assert isinstance(e.value, ctstream.ClosedError) and e.value.kind == "closed"
     with pytest.raises(ValueError, match="io must be"):
         ctstream.open(PACK, io="aio")
     with pytest.raises(ValueError, match="order must be"):

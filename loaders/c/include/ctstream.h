@@ -64,7 +64,8 @@ typedef enum ctstream_status {
   CTSTREAM_ERR_INVALID_CONFIG = 15,  /**< config.json quantization/sparsity settings malformed */
   CTSTREAM_ERR_CORRUPT_TENSOR = 16,  /**< a compressed tensor's parts contradict each other */
   CTSTREAM_ERR_OUT_OF_MEMORY = 17,   /**< an allocation failed */
-  CTSTREAM_ERR_INTERNAL = 18         /**< any other failure (a bug: please report it) */
+  CTSTREAM_ERR_INTERNAL = 18,        /**< any other failure (a bug: please report it) */
+  CTSTREAM_ERR_FILE_NOT_FOUND = 19   /**< the path to open does not exist (ABI version 2) */
 } ctstream_status;
 
 /** Element types; same order and names as safetensors (and ctstream::DType). */

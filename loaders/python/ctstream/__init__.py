@@ -38,19 +38,70 @@ import re
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
+import builtins
+
 from . import _ctstream as _native
-from ._ctstream import Error, NotFoundError, TensorInfo, TensorPart, active_isa
+from ._ctstream import Error, TensorInfo, TensorPart, active_isa
 
 __version__: str = _native.__version__
 __all__ = [
-    "open", "Checkpoint", "TensorSlice", "TensorInfo", "TensorPart", "Error", "NotFoundError",
-    "parse_budget", "active_isa", "__version__",
+    "open", "safe_open", "Checkpoint", "TensorSlice", "TensorIterator", "TensorInfo", "TensorPart",
+    "Error", "NotFoundError", "FileNotFoundError", "InvalidArgumentError", "IndexError", "ClosedError",
+    "OutOfMemoryError", "IOError", "parse_budget", "active_isa", "save_file", "save_model", "load_model",
+    "__version__",
 ]
+
+# ---- errors -------------------------------------------------------------------------------------
+# Every failure is a ctstream.Error (attributes .kind, .file, .tensor) and also an instance of the
+# builtin exception people catch for it.
+
+
+class NotFoundError(Error, builtins.KeyError):
+    """No tensor (or stored part) of that name. Also a KeyError."""
+
+    __str__ = builtins.Exception.__str__  # the message as written, not KeyError's repr of it
+
+
+class FileNotFoundError(Error, builtins.FileNotFoundError):  # noqa: A001 - the builtin's name, on purpose
+    """The path to open does not exist. Also a builtins.FileNotFoundError (an OSError)."""
+
+
+class InvalidArgumentError(Error, builtins.ValueError):
+    """A request out of range or that this build cannot serve (dtype, conversion, out= array, budget
+    string, ...). Also a ValueError."""
+
+
+class IndexError(Error, builtins.IndexError):  # noqa: A001
+    """An index or slice out of range. Also a builtins.IndexError."""
+
+
+class ClosedError(InvalidArgumentError):
+    """An operation on a closed checkpoint."""
+
+
+class OutOfMemoryError(Error, builtins.MemoryError):
+    """An allocation failed. Also a MemoryError."""
+
+
+class IOError(Error, builtins.OSError):  # noqa: A001
+    """The OS refused an open / read / write. Also an OSError."""
+
+
+Error.kind, Error.file, Error.tensor = "error", "", ""  # defaults for errors raised in Python
+NotFoundError.kind, FileNotFoundError.kind, InvalidArgumentError.kind = "not_found", "file_not_found", "invalid_argument"
+IndexError.kind, ClosedError.kind, OutOfMemoryError.kind, IOError.kind = "index", "closed", "out_of_memory", "io"
+
+_native._error_classes.update({
+    "not_found": NotFoundError, "file_not_found": FileNotFoundError, "invalid_argument": InvalidArgumentError,
+    "unsupported": InvalidArgumentError, "buffer_too_small": InvalidArgumentError, "index": IndexError,
+    "closed": ClosedError, "out_of_memory": OutOfMemoryError, "io": IOError,
+})
 
 # ---- dtypes ------------------------------------------------------------------------------------
 
 # ctstream dtype name -> torch dtype attribute, for dtypes that travel as unsigned storage.
 _TORCH_VIEW = {
+    "F4": "float4_e2m1fn_x2",  # packed bytes [..., n/2], as torch and safetensors hold FP4
     "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
     "F8_E8M0": "float8_e8m0fnu", "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
 }
@@ -114,7 +165,7 @@ def _resolve_framework(framework: Optional[str]) -> str:
         return "pt"
     if framework in ("np", "numpy"):
         return "np"
-    raise ValueError(f"framework must be 'pt', 'np' or None, not {framework!r}")
+    raise InvalidArgumentError(f"framework must be 'pt', 'np' or None, not {framework!r}")
 
 
 def _wrap(arr, dtype_name: str, framework: str):
@@ -170,17 +221,17 @@ def parse_budget(budget: Union[None, int, str]) -> int:
         raise TypeError("budget must be an int, a string like '512MB', or None")
     if isinstance(budget, int):
         if budget <= 0:
-            raise ValueError(f"budget must be positive, got {budget}")
+            raise InvalidArgumentError(f"budget must be positive, got {budget}")
         return budget
     if not isinstance(budget, str):
         raise TypeError(f"budget must be an int, a string like '512MB', or None, not {type(budget).__name__}")
     m = _BUDGET_RE.match(budget)
     unit = m.group(2).lower() if m else None
     if m is None or unit not in _UNITS:
-        raise ValueError(f"cannot parse budget {budget!r}: use e.g. 512MB, 2GiB, 1.5G or a byte count")
+        raise InvalidArgumentError(f"cannot parse budget {budget!r}: use e.g. 512MB, 2GiB, 1.5G or a byte count")
     value = int(float(m.group(1)) * _UNITS[unit])
     if value <= 0:
-        raise ValueError(f"budget must be positive, got {budget!r}")
+        raise InvalidArgumentError(f"budget must be positive, got {budget!r}")
     return value
 
 
@@ -200,7 +251,7 @@ def open(path: Union[str, "os.PathLike[str]"], *, threads: int = 0, budget: Unio
     framework: "pt", "np" or None (torch if importable, else numpy).
     """
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-        raise ValueError(f"threads must be an int >= 0, got {threads!r}")
+        raise InvalidArgumentError(f"threads must be an int >= 0, got {threads!r}")
     fw = _resolve_framework(framework)
     native = _native._Checkpoint(os.fspath(path), threads, io, order, parse_budget(budget))
     return Checkpoint(native, fw)
@@ -281,8 +332,8 @@ class Checkpoint:
         text = self._n.config_json()
         return json.loads(text) if text else None
 
-    def metadata(self, file: int = 0) -> Dict[str, str]:
-        """``__metadata__`` of one file."""
+    def metadata(self, file: int = 0) -> Optional[Dict[str, str]]:
+        """``__metadata__`` of one file; None when the file has none (as safetensors)."""
         return self._n.metadata(file)
 
     # -- data
@@ -395,30 +446,33 @@ class TensorSlice:
         return self.get(key)
 
     def get(self, key=..., out: Any = None):
-        """``slice[key]``, optionally decoded into ``out`` (one restricted dimension only)."""
+        """``slice[key]``: any index the framework accepts (torch's rules for "pt", numpy's for
+        "np": ints, slices, ``...``, ``None``, bools, int lists and arrays, masks), with its
+        errors; only the rows (or columns) the index touches along its most selective dimension
+        are decoded. ``out=``: decode into that array (slices ``a:b`` along one dimension only)."""
         shape = list(self._info.shape)
-        ranges, squeeze = _normalize_key(key, shape)
-        restricted = [d for d, (a, b) in enumerate(ranges) if (a, b) != (0, shape[d])]
-        if not restricted:
-            res = self._ck._get(self._name, self._dtype, out, -1, 0, _NO_STOP)
-        else:
-            # decode natively along the most selective dimension
-            dim = min(restricted, key=lambda d: (ranges[d][1] - ranges[d][0]) / max(shape[d], 1))
-            rest = [d for d in restricted if d != dim]
-            if rest and out is not None:
-                raise ValueError("out= works with slices restricted along one dimension only")
-            if squeeze and out is not None:
-                raise ValueError("out= needs slices (a:b), not integer indices")
-            a, b = ranges[dim]
-            res = self._ck._get(self._name, self._dtype, out, dim, a, b)
-            if rest:
-                idx = tuple(slice(ranges[d][0], ranges[d][1]) if d in rest else slice(None) for d in range(len(shape)))
-                res = res[idx]
-                res = res.contiguous() if hasattr(res, "contiguous") else res.copy()
-        if squeeze:
-            new_shape = [n for d, n in enumerate(res.shape) if d not in squeeze]
-            res = res.reshape(new_shape)
-        return res
+        if out is not None:
+            ranges, squeeze = _normalize_key(key, shape)
+            restricted = [d for d, (a, b) in enumerate(ranges) if (a, b) != (0, shape[d])]
+            if len(restricted) > 1:
+                raise InvalidArgumentError("out= works with slices restricted along one dimension only")
+            if squeeze:
+                raise InvalidArgumentError("out= needs slices (a:b), not integer indices")
+            if not restricted:
+                return self._ck._get(self._name, self._dtype, out, -1, 0, _NO_STOP)
+            d = restricted[0]
+            return self._ck._get(self._name, self._dtype, out, d, *ranges[d])
+        from . import _index
+
+        try:
+            d, a, b, k2 = _index.plan(key, shape, self._ck._fw)
+        except (builtins.IndexError, builtins.ValueError, builtins.TypeError) as e:
+            cls = {builtins.IndexError: IndexError, builtins.ValueError: InvalidArgumentError}.get(type(e))
+            if cls is None:
+                raise
+            raise cls(str(e)) from None
+        block = self._ck._get(self._name, self._dtype, None, d if d is not None else -1, a, b if d is not None else _NO_STOP)
+        return block[k2]
 
 
 def _normalize_key(key, shape):
@@ -438,7 +492,7 @@ def _normalize_key(key, shape):
         if isinstance(k, slice):
             start, stop, step = k.indices(n)
             if step != 1:
-                raise ValueError(f"ctstream slices need step 1 (dimension {d} has step {step})")
+                raise InvalidArgumentError(f"ctstream slices need step 1 (dimension {d} has step {step})")
             ranges.append((start, max(start, stop)))
         else:
             try:
@@ -452,3 +506,6 @@ def _normalize_key(key, shape):
             ranges.append((i, i + 1))
             squeeze.append(d)
     return ranges, squeeze
+
+
+from ._safe_open import safe_open  # noqa: E402 - needs the classes above

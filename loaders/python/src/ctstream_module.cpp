@@ -36,8 +36,34 @@ using ctstream::TensorInfo;
 
 namespace {
 
-PyObject* g_error = nullptr;      // ctstream.Error(RuntimeError)
-PyObject* g_not_found = nullptr;  // ctstream.NotFoundError(Error, KeyError)
+PyObject* g_error = nullptr;    // ctstream.Error(RuntimeError)
+PyObject* g_classes = nullptr;  // dict: kind name -> subclass of Error (ctstream/__init__.py registers them)
+
+// Raises the ctstream exception of `kind` (its registered class, else Error) with the attributes
+// kind / file / tensor, as a Python error.
+void set_error(const std::string& kind, const std::string& message, const std::string& file, const std::string& tensor) {
+  // messages may quote bytes of a damaged file: never fail on invalid UTF-8
+  auto text = [](const std::string& s) {
+    return nb::steal(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace"));
+  };
+  PyObject* type = g_error;
+  if (g_classes)
+    if (PyObject* c = PyDict_GetItemString(g_classes, kind.c_str())) type = c;
+  nb::object msg = text(message);
+  if (!msg.is_valid()) return;
+  nb::object exc = nb::steal(PyObject_CallOneArg(type, msg.ptr()));
+  if (!exc.is_valid()) return;  // the call set its own error
+  nb::setattr(exc, "kind", nb::str(kind.c_str()));
+  nb::setattr(exc, "file", text(file));
+  nb::setattr(exc, "tensor", text(tensor));
+  PyErr_SetObject(type, exc.ptr());
+}
+
+/// Raises ctstream.<class of kind> from binding code (arguments the C++ API never sees).
+[[noreturn]] void raise(const char* kind, const std::string& message, const std::string& tensor = "") {
+  set_error(kind, message, "", tensor);
+  throw nb::python_error();
+}
 
 constexpr uint64_t kNoStop = std::numeric_limits<uint64_t>::max();
 constexpr size_t kAlign = 64;
@@ -130,11 +156,10 @@ bool out_dtype_ok(dl::dtype have, DType want) {
 std::optional<DType> dtype_arg(const std::optional<std::string>& s) {
   if (!s) return std::nullopt;
   auto d = ctstream::dtype_from_user(*s);
-  if (!d) throw nb::value_error(("unknown dtype '" + *s + "' (use bfloat16, float16 or float32)").c_str());
+  if (!d) raise("invalid_argument", "unknown dtype '" + *s + "' (use bfloat16, float16 or float32)");
   if (!ctstream::is_float_output(*d))
-    throw nb::value_error(("dtype must be bfloat16, float16 or float32 (got '" + *s +
-                           "'); integer and bool tensors always come back as stored")
-                              .c_str());
+    raise("invalid_argument", "dtype must be bfloat16, float16 or float32 (got '" + *s +
+                                  "'); integer and bool tensors always come back as stored");
   return d;
 }
 
@@ -146,7 +171,7 @@ DType resolve(const TensorInfo& t, std::optional<DType> requested) {
   return ctstream::decompressed_dtype(t, o);
 }
 
-bool convertible(const TensorInfo& t) { return t.format != ctstream::Format::dense || ctstream::is_float_output(t.dtype); }
+bool convertible(const TensorInfo& t) { return t.format != ctstream::Format::dense || ctstream::is_float(t.dtype); }
 
 // ---- slices -------------------------------------------------------------------------------
 
@@ -161,9 +186,8 @@ SliceArg slice_arg(const TensorInfo& t, int64_t dim, uint64_t start, uint64_t st
   a.shape.assign(t.shape.begin(), t.shape.end());
   if (dim >= 0) {
     if (static_cast<uint64_t>(dim) >= t.shape.size())
-      throw nb::index_error(("slice dimension " + std::to_string(dim) + " out of range for '" + t.name + "' with " +
-                             std::to_string(t.shape.size()) + " dimensions")
-                                .c_str());
+      raise("index", "slice dimension " + std::to_string(dim) + " out of range for '" + t.name + "' with " +
+                         std::to_string(t.shape.size()) + " dimensions", t.name);
     const uint64_t n = t.shape[dim];
     stop = std::min(stop, n);
     start = std::min(start, stop);
@@ -222,8 +246,20 @@ Buffer allocate(uint64_t bytes) {
 }
 
 // A fresh numpy array for `shape` elements of `d` (sub-byte dtypes: 1-D bytes).
+// Shape of the bytes of a sub-byte tensor: the logical shape with its last dim in bytes when the
+// rows are whole bytes (F4: [..., n/2] as torch's float4_e2m1fn_x2 and safetensors give it;
+// F6: [..., 3n/4]), else flat.
+std::vector<size_t> packed_shape(DType d, std::vector<size_t> shape, uint64_t bytes) {
+  const unsigned b = ctstream::dtype_bits(d);
+  if (!shape.empty() && (shape.back() * b) % 8 == 0) {
+    shape.back() = shape.back() * b / 8;
+    return shape;
+  }
+  return {static_cast<size_t>(bytes)};
+}
+
 nb::ndarray<nb::numpy> make_array(const Buffer& b, DType d, std::vector<size_t> shape, uint64_t bytes) {
-  if (sub_byte(d)) shape = {static_cast<size_t>(bytes)};
+  if (sub_byte(d)) shape = packed_shape(d, std::move(shape), bytes);
   return nb::ndarray<nb::numpy>(b.data, shape.size(), shape.data(), b.owner, nullptr, storage_dl(d));
 }
 
@@ -329,10 +365,10 @@ class PyCheckpoint {
     o.threads = threads;
     if (io == "mmap") o.io = ctstream::IoMode::mmap;
     else if (io == "pread") o.io = ctstream::IoMode::pread;
-    else throw nb::value_error(("io must be 'mmap' or 'pread', not '" + io + "'").c_str());
+    else raise("invalid_argument", "io must be 'mmap' or 'pread', not '" + io + "'");
     if (order == "file") o.order = ctstream::Order::file;
     else if (order == "name") o.order = ctstream::Order::name;
-    else throw nb::value_error(("order must be 'file' or 'name', not '" + order + "'").c_str());
+    else raise("invalid_argument", "order must be 'file' or 'name', not '" + order + "'");
     std::optional<ctstream::Checkpoint> ck;
     {
       nb::gil_scoped_release unlocked;
@@ -347,7 +383,7 @@ class PyCheckpoint {
   unsigned threads() const { return threads_; }
 
   const CkPtr& ck() const {
-    if (!ck_) throw nb::value_error("operation on a closed ctstream checkpoint");
+    if (!ck_) raise("closed", "operation on a closed ctstream checkpoint");
     return ck_;
   }
 
@@ -369,8 +405,9 @@ class PyCheckpoint {
     return f;
   }
   std::string config_json() const { return ck()->config_json(); }
-  std::map<std::string, std::string> metadata(uint32_t file) const {
-    if (file >= ck()->files().size()) throw nb::index_error("file index out of range");
+  std::optional<std::map<std::string, std::string>> metadata(uint32_t file) const {
+    if (file >= ck()->files().size()) raise("index", "file index out of range");
+    if (!ck()->file_has_metadata(file)) return std::nullopt;  // as safetensors: None, not {}
     return ck()->file_metadata(file);
   }
 
@@ -404,16 +441,15 @@ class PyCheckpoint {
     if (!nb::try_cast(out, arr, /*convert=*/false)) {
       nb::ndarray<nb::ro> ro;
       if (nb::try_cast(out, ro, false))
-        throw nb::value_error(("out= for '" + name + "' is read-only; pass a writable array").c_str());
+        raise("invalid_argument", "out= for '" + name + "' is read-only; pass a writable array", name);
       throw nb::type_error(("out= for '" + name + "' must be a torch.Tensor or numpy.ndarray on the CPU (any "
                             "DLPack / buffer-protocol array), not " +
                             std::string(nb::str(out.type().attr("__name__")).c_str()))
                                .c_str());
     }
     if (arr.device_type() != nb::device::cpu::value)
-      throw nb::value_error(("out= for '" + name + "' is not in CPU memory (DLPack device type " +
-                             std::to_string(arr.device_type()) + "); decode into a CPU tensor and .copy_() it")
-                                .c_str());
+      raise("invalid_argument", "out= for '" + name + "' is not in CPU memory (DLPack device type " +
+                                    std::to_string(arr.device_type()) + "); decode into a CPU tensor and .copy_() it", name);
     std::optional<DType> req = dtype_arg(dtype);
     DType d;
     if (req) {
@@ -440,16 +476,15 @@ class PyCheckpoint {
     bool same = arr.ndim() == s.shape.size();
     for (size_t i = 0; same && i < s.shape.size(); ++i) same = arr.shape(i) == s.shape[i];
     if (!same)
-      throw nb::value_error(("out= for '" + name + "' has shape " + shape_str([&](size_t i) { return arr.shape(i); }, arr.ndim()) +
-                             ", expected " + shape_str([&](size_t i) { return s.shape[i]; }, s.shape.size()))
-                                .c_str());
+      raise("invalid_argument", "out= for '" + name + "' has shape " +
+                                    shape_str([&](size_t i) { return arr.shape(i); }, arr.ndim()) + ", expected " +
+                                    shape_str([&](size_t i) { return s.shape[i]; }, s.shape.size()), name);
     // C-contiguous: strides (in elements) of the dimensions longer than 1 are row-major.
     int64_t expect = 1;
     for (size_t i = s.shape.size(); i-- > 0;) {
       if (s.shape[i] != 1 && arr.stride(i) != expect)
-        throw nb::value_error(("out= for '" + name + "' is not C-contiguous; pass a contiguous array (.contiguous() / "
-                               "np.ascontiguousarray) or decode and copy")
-                                  .c_str());
+        raise("invalid_argument", "out= for '" + name + "' is not C-contiguous; pass a contiguous array "
+                                      "(.contiguous() / np.ascontiguousarray) or decode and copy", name);
       expect *= static_cast<int64_t>(s.shape[i]);
     }
     const uint64_t bytes = arr.nbytes();
@@ -470,7 +505,7 @@ class PyCheckpoint {
     if (!p) {
       std::string roles;
       for (const auto& q : t.parts) roles += (roles.empty() ? "" : ", ") + q.role;
-      throw nb::key_error(("tensor '" + name + "' has no stored part '" + role + "' (parts: " + roles + ")").c_str());
+      raise("not_found", "tensor '" + name + "' has no stored part '" + role + "' (parts: " + roles + ")", name);
     }
     Buffer b = allocate(p->nbytes);
     {
@@ -489,12 +524,12 @@ class PyCheckpoint {
     if (ck->options().io != ctstream::IoMode::mmap) return nb::none();
     const TensorInfo& t = ck->at(name);
     const ctstream::TensorPart* p = t.part(role);
-    if (!p) throw nb::key_error(("tensor '" + name + "' has no stored part '" + role + "'").c_str());
+    if (!p) raise("not_found", "tensor '" + name + "' has no stored part '" + role + "'", name);
     const auto span = ck->part_view(*p);
     auto* keep = new CkPtr(ck);
     nb::capsule owner(keep, [](void* q) noexcept { delete static_cast<CkPtr*>(q); });
     std::vector<size_t> shape(p->shape.begin(), p->shape.end());
-    if (sub_byte(p->dtype)) shape = {static_cast<size_t>(p->nbytes)};
+    if (sub_byte(p->dtype)) shape = packed_shape(p->dtype, std::move(shape), p->nbytes);
     auto arr = nb::ndarray<nb::numpy, nb::ro>(const_cast<std::byte*>(span.data()), shape.size(), shape.data(), owner,
                                               nullptr, storage_dl(p->dtype));
     return nb::make_tuple(arr, std::string(ctstream::dtype_name(p->dtype)));
@@ -522,19 +557,7 @@ void translate(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
   } catch (const ctstream::Error& e) {
-    PyObject* type = e.kind() == ctstream::ErrorKind::not_found ? g_not_found : g_error;
-    // messages may quote bytes of a damaged file: never fail on invalid UTF-8
-    auto text = [](const std::string& s) {
-      return nb::steal(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace"));
-    };
-    nb::object msg = text(e.what());
-    if (!msg.is_valid()) return;
-    nb::object exc = nb::steal(PyObject_CallOneArg(type, msg.ptr()));
-    if (!exc.is_valid()) return;  // the call set its own error
-    nb::setattr(exc, "kind", nb::str(std::string(ctstream::error_kind_name(e.kind())).c_str()));
-    nb::setattr(exc, "file", text(e.file()));
-    nb::setattr(exc, "tensor", text(e.tensor()));
-    PyErr_SetObject(type, exc.ptr());
+    set_error(std::string(ctstream::error_kind_name(e.kind())), e.what(), e.file(), e.tensor());
   }
 }
 
@@ -546,16 +569,18 @@ NB_MODULE(_ctstream, m) {
   m.doc() = "ctstream native module: decode compressed-tensors checkpoints into caller memory";
   m.attr("__version__") = ctstream::version_string;
   m.def("active_isa", [] { return std::string(ctstream::active_isa()); });
+  m.def("dtype_bits", [](const std::string& name) -> std::optional<unsigned> {
+    auto d = ctstream::dtype_from_name(name);
+    return d ? std::optional<unsigned>(ctstream::dtype_bits(*d)) : std::nullopt;
+  }, "name"_a, "Bits per element of a safetensors dtype name ('F4' -> 4), None for an unknown name.");
 
   g_error = PyErr_NewExceptionWithDoc("ctstream.Error",
                                       "Any failure reported by ctstream (malformed file, unsupported format, "
                                       "bad argument). Attributes: kind (e.g. 'invalid_header'), file, tensor.",
                                       PyExc_RuntimeError, nullptr);
-  nb::object bases = nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_KeyError));
-  g_not_found = PyErr_NewExceptionWithDoc("ctstream.NotFoundError", "No tensor of that name (also a KeyError).",
-                                          bases.ptr(), nullptr);
   m.attr("Error") = nb::handle(g_error);
-  m.attr("NotFoundError") = nb::handle(g_not_found);
+  g_classes = PyDict_New();
+  m.attr("_error_classes") = nb::handle(g_classes);  // kind -> class, filled by ctstream/__init__.py
   nb::register_exception_translator(translate);
 
   nb::class_<ctstream::TensorPart>(m, "TensorPart", "One stored safetensors entry of a logical tensor.")

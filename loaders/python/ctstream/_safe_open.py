@@ -1,0 +1,356 @@
+"""``ctstream.safe_open``: safetensors' ``safe_open`` API and semantics (safetensors 0.8), on
+ctstream's reader. On a plain safetensors file it behaves like safetensors; on a compressed-tensors
+checkpoint (a file with its config.json beside it, or a checkpoint directory) it yields the decoded
+logical tensors (``packed=True``: the stored entries instead).
+
+Semantics followed (safetensors 0.8.0, bindings/python/src/lib.rs), so that replacing
+``safetensors.safe_open`` by this in a program just works:
+
+* ``keys()`` sorted, ``offset_keys()`` in file order, ``metadata()`` None when the file has none;
+* ``get_tensor`` / ``get_tensors`` / ``get_slice`` -> ``get_shape()`` (list), ``get_dtype()`` (the
+  header spelling), indexing; ``framework="pt"`` indexes with torch's own rules and errors (any
+  torch index: negative ints and slices, ``None``, ``...``, bools, int lists and tensors, masks),
+  ``framework="np"`` with safetensors' own parser (ints, step >= 1 slices without clamping, one
+  ``...``, the empty list), as safetensors does;
+* dtypes as safetensors maps them: F4 is ``torch.float4_e2m1fn_x2`` with the last dim halved (its
+  slices follow the byte-range parser and stay packed: safetensors 0.8 fails on them), F6
+  is refused ("Dtype not understood"), numpy refuses bfloat16 (unless ml_dtypes is imported), F8
+  and F4 as safetensors does;
+* errors of the types safetensors raises: a missing file is a ``FileNotFoundError``, a closed
+  handle, an unknown name, a bad header ... are ``safetensors.SafetensorError`` when safetensors is
+  installed. Every error is also a ``ctstream.Error`` (and the unknown name a ``KeyError``).
+
+Beyond safetensors: a directory (sharded checkpoint) opens too, compressed tensors decode, and
+``get_tensor(name, dtype=...)`` converts floating tensors.
+"""
+from __future__ import annotations
+
+import builtins
+import os
+from typing import Any, Dict, List, Optional
+
+from . import _ctstream as _native
+from . import _index
+
+_FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
+_OTHER_FRAMEWORKS = ("tf", "tensorflow", "jax", "flax", "mlx", "paddle")
+
+_class_cache: Dict[Any, type] = {}
+
+
+def _safetensor_error():
+    try:
+        from safetensors import SafetensorError
+
+        return SafetensorError
+    except ImportError:
+        return None
+
+
+def _error(kind_cls, message: str, *, st: bool = True, tensor: str = "", file: str = "", kind: Optional[str] = None):
+    """An instance of `kind_cls` (a ctstream.Error subclass), also a safetensors.SafetensorError
+    when `st` and safetensors is installed."""
+    cls = kind_cls
+    ste = _safetensor_error() if st else None
+    if ste is not None and not issubclass(kind_cls, ste):
+        key = (kind_cls, ste)
+        cls = _class_cache.get(key)
+        if cls is None:
+            cls = type(kind_cls.__name__, (kind_cls, ste), {"__module__": "ctstream", "__doc__": kind_cls.__doc__})
+            _class_cache[key] = cls
+    e = cls(message)
+    e.kind = kind or getattr(kind_cls, "kind", "error")
+    e.file, e.tensor = file, tensor
+    return e
+
+
+def _builtin_error(builtin: type, message: str):
+    """A ctstream.Error that is also the builtin exception `builtin` (TypeError, OverflowError, ...)."""
+    import ctstream
+
+    named = {builtins.IndexError: ctstream.IndexError, builtins.ValueError: ctstream.InvalidArgumentError,
+             builtins.KeyError: ctstream.NotFoundError, builtins.FileNotFoundError: ctstream.FileNotFoundError}
+    cls = named.get(builtin)
+    if cls is None:
+        cls = _class_cache.get(builtin)
+        if cls is None:
+            cls = type(builtin.__name__, (ctstream.Error, builtin), {"__module__": "ctstream", "kind": "invalid_argument"})
+            _class_cache[builtin] = cls
+    e = cls(message)
+    e.file, e.tensor = "", ""
+    return e
+
+
+def _reraise(e: BaseException):
+    """A ctstream.Error raised by the reader, as the type safetensors raises for that fault."""
+    import ctstream
+
+    if isinstance(e, ctstream.FileNotFoundError):
+        return e
+    if isinstance(e, ctstream.Error):
+        return _error(type(e), str(e), file=getattr(e, "file", ""), tensor=getattr(e, "tensor", ""),
+                      kind=getattr(e, "kind", None))
+    return e
+
+
+class safe_open:  # noqa: N801 - the name safetensors uses
+    """Opens a safetensors file (or a compressed-tensors checkpoint) for reading, like
+    ``safetensors.safe_open(filename, framework, device="cpu")``.
+
+    filename: a ``.safetensors`` file, or a checkpoint directory (ctstream extension).
+    framework: "pt" (torch tensors) or "np" (numpy arrays).
+    device: "cpu", "cuda", "cuda:N" or an int (pt only): tensors are moved there.
+    backend: "mmap" (default) or "pread" (positional reads, for network filesystems).
+    packed: on a compressed-tensors checkpoint, the stored entries (``weight_packed``, ...) under
+        their own names instead of the decoded logical tensors.
+    """
+
+    def __init__(self, filename, framework, device: Any = "cpu", *, backend: str = "mmap", packed: bool = False):
+        import ctstream
+
+        if isinstance(filename, bytes) or not isinstance(filename, (str, os.PathLike)):
+            raise _builtin_error(builtins.TypeError, f"argument 'filename': expected str or os.PathLike object, "
+                                                     f"not {type(filename).__name__}")
+        fw = _FRAMEWORKS.get(framework) if isinstance(framework, str) else None
+        if fw is None:
+            if framework in _OTHER_FRAMEWORKS:
+                raise _error(ctstream.InvalidArgumentError, f"framework {framework} is not supported by ctstream.safe_open "
+                                                            "(pt and np are)")
+            raise _error(ctstream.InvalidArgumentError, f"framework {framework} is invalid")
+        self._device = _parse_device(device, fw)
+        if backend not in ("mmap", "pread"):
+            raise _error(ctstream.InvalidArgumentError, f'backend "{backend}" is invalid (expected one of: "mmap", "pread")')
+        self._fw, self._backend, self._packed = fw, backend, packed
+        self._path = os.fspath(filename)
+        try:
+            self._ck = ctstream.open(self._path, io=backend, framework=fw)
+        except ctstream.FileNotFoundError:
+            raise _builtin_error(builtins.FileNotFoundError, f"No such file or directory: {self._path}") from None
+        except ctstream.Error as e:
+            raise _reraise(e) from None
+        if packed:
+            self._names = {p.key: (i.name, p.role) for i in self._ck.infos() for p in i.parts}
+            order = sorted(self._names, key=lambda k: (self._part(k).file, self._part(k).offset))
+        else:
+            self._names = {i.name: None for i in self._ck.infos()}
+            order = [i.name for i in sorted(self._ck.infos(), key=lambda i: (i.parts[0].file, i.parts[0].offset))]
+        self._offset_order = order
+
+    def _part(self, key):
+        name, role = self._names[key]
+        return next(p for p in self._ck.info(name).parts if p.role == role)
+
+    # -- lifecycle
+    def __enter__(self) -> "safe_open":
+        self._check()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # Slices (and tensors) handed out keep the checkpoint open: it closes when they are gone.
+        self._ck = None
+
+    def _check(self):
+        if getattr(self, "_ck", None) is None:
+            import ctstream
+
+            raise _error(ctstream.ClosedError, "File is closed")
+        return self._ck
+
+    # -- the safetensors surface
+    def keys(self) -> List[str]:
+        """Tensor names, sorted."""
+        self._check()
+        return sorted(self._names)
+
+    def offset_keys(self) -> List[str]:
+        """Tensor names in the order of their data in the file(s)."""
+        self._check()
+        return list(self._offset_order)
+
+    def metadata(self) -> Optional[Dict[str, str]]:
+        """The ``__metadata__`` of the (first) file, or None when it has none."""
+        return self._check().metadata(0)
+
+    def _resolve(self, name):
+        ck = self._check()
+        if not isinstance(name, str):
+            raise _builtin_error(builtins.TypeError, f"argument 'name': '{type(name).__name__}' object is not an instance of 'str'")
+        if name not in self._names:
+            import ctstream
+
+            raise _error(ctstream.NotFoundError, f"File does not contain tensor {name}", tensor=name)
+        return ck
+
+    def get_tensor(self, name: str, dtype: Any = None):
+        """The tensor `name` (decoded; `dtype`: convert a floating tensor - a ctstream extension)."""
+        ck = self._resolve(name)
+        return _Slice(ck, name, self._names[name], self._fw, self._device, dtype)._full()
+
+    def get_tensors(self) -> Dict[str, Any]:
+        """Every tensor, in offset order."""
+        return {k: self.get_tensor(k) for k in self.offset_keys()}
+
+    def get_slice(self, name: str) -> "_Slice":
+        """A lazily decoded view of `name`: ``get_shape()``, ``get_dtype()``, ``[index]``."""
+        ck = self._resolve(name)
+        return _Slice(ck, name, self._names[name], self._fw, self._device, None, self._backend)
+
+
+def _parse_device(device, fw: str):
+    import ctstream
+
+    if device is None:
+        return "cpu"
+    if isinstance(device, bool) or not isinstance(device, (str, int)):
+        raise _error(ctstream.InvalidArgumentError, f"device {device!r} is invalid")
+    if isinstance(device, int):
+        if device < 0:
+            raise _error(ctstream.InvalidArgumentError, f"device {device} is invalid")
+        dev = f"cuda:{device}"
+    elif device == "cpu":
+        dev = "cpu"
+    elif device == "cuda" or device.startswith("cuda:"):
+        n = device[5:] if device.startswith("cuda:") else "0"
+        if not n.isdigit():
+            raise _builtin_error(builtins.ValueError, "invalid digit found in string")
+        dev = f"cuda:{int(n)}"
+    else:
+        raise _error(ctstream.InvalidArgumentError, f"device {device} is invalid")
+    if dev != "cpu" and fw != "pt":
+        raise _error(ctstream.InvalidArgumentError, f"Device {dev} is not supported for framework numpy")
+    return dev
+
+
+class _Slice:
+    """safetensors' ``PySafeSlice``: get_shape(), get_dtype(), indexing (see the module docstring)."""
+
+    def __init__(self, ck, name, part, fw, device, dtype, backend="mmap"):
+        self._ck, self._name, self._part, self._fw, self._device, self._dtype = ck, name, part, fw, device, dtype
+        self._backend = backend
+        if part is None:
+            info = ck.info(name)
+            self._shape = list(info.shape)
+            self._stored = info.dtype if info.format == "dense" else None
+            self._dt = ck._n.resolved_dtype(name, None if dtype is None else _dtype_name(dtype))
+        else:
+            p = next(q for q in ck.info(part[0]).parts if q.role == part[1])
+            self._shape, self._dt, self._stored = list(p.shape), p.dtype, p.dtype
+
+    def get_shape(self) -> List[int]:
+        return list(self._shape)
+
+    def get_dtype(self) -> str:
+        return self._dt
+
+    def _check_dtype(self):
+        import ctstream
+
+        if self._dt in ("F6_E2M3", "F6_E3M2"):
+            raise _error(ctstream.InvalidArgumentError, f"Dtype not understood: {self._dt}", tensor=self._name)
+        if self._fw == "pt" and self._dt == "F4" and self._shape and self._shape[-1] % 2:
+            raise _error(ctstream.InvalidArgumentError, "f4_x2 dtype requires that the last dim be divisible by 2 in torch: "
+                                                        f"got {self._shape}", tensor=self._name)
+        if self._fw == "np":
+            import numpy as np
+
+            if self._dt.startswith("F8_") or self._dt == "F4":
+                np_name = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
+                           "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
+                           "F4": "float4_e2m1fn_x2"}[self._dt]
+                raise _builtin_error(builtins.AttributeError, f"module 'numpy' has no attribute '{np_name}'")
+            if self._dt == "BF16":
+                try:
+                    np.dtype("bfloat16")
+                except TypeError as e:
+                    raise _builtin_error(builtins.TypeError, str(e)) from None
+
+    def _decode(self, dim: int = -1, start: int = 0, stop: int = 2**64 - 1):
+        import ctstream
+
+        try:
+            if self._part is not None:
+                t = self._ck.part(self._part[0], self._part[1])
+                if dim >= 0:
+                    t = t[(slice(None),) * dim + (slice(start, stop),)]
+            else:
+                t = self._ck._get(self._name, None if self._dtype is None else _dtype_name(self._dtype), None, dim, start, stop)
+        except ctstream.Error as e:
+            raise _reraise(e) from None
+        if self._fw == "np" and self._dt == "BF16" and str(t.dtype) != "bfloat16":
+            import numpy as np
+
+            t = t.view(np.dtype("bfloat16"))
+        return t
+
+    def _place(self, t):
+        if self._device != "cpu" and self._fw == "pt":
+            t = t.to(self._device)
+        return t
+
+    def _full(self):
+        self._check_dtype()
+        return self._place(self._decode())
+
+    def __getitem__(self, key):
+        import ctstream
+
+        rust = self._fw == "np" or self._backend == "pread"
+        if not rust:  # torch/mmap: safetensors builds the whole tensor (its dtype) before indexing
+            self._check_dtype()
+        if self._dt == "F4" and self._fw == "pt":
+            # safetensors 0.8 views the packed float4_e2m1fn_x2 bytes with the logical shape before
+            # indexing and fails on every F4 slice; here F4 slices follow its byte-range parser
+            # (ranges must fall on byte boundaries) and give the packed form, as get_tensor does.
+            rust = True
+        if not rust:
+            try:
+                d, a, b, k2 = _index.plan(key, self._shape, "pt")
+            except (builtins.IndexError, builtins.ValueError, builtins.TypeError, RuntimeError) as e:
+                raise _builtin_error(type(e) if type(e) is not RuntimeError else builtins.RuntimeError, str(e)) from None
+            block = self._decode(d, a, b) if d is not None else self._decode()
+            try:
+                return self._place(block[k2])
+            except (builtins.IndexError, builtins.ValueError, builtins.TypeError) as e:
+                raise _builtin_error(type(e), str(e)) from None
+        # numpy, and torch with backend="pread": safetensors' own parser (no clamping; ints, slices
+        # with a positive step, one ellipsis, the empty list; nothing else)
+        try:
+            ranges, squeeze = _index.rust_index(key, self._shape, _native.dtype_bits(self._dt) or 8)
+        except _index.RustIndexError as e:
+            raise _error(ctstream.IndexError if "out of bounds" in str(e) or "Invalid index" in str(e)
+                         else ctstream.InvalidArgumentError, str(e), tensor=self._name) from None
+        except OverflowError as e:
+            raise _builtin_error(builtins.OverflowError, str(e)) from None
+        except SystemError as e:  # safetensors' own bug for stop < start: refused here as an index error
+            raise _error(ctstream.IndexError, f"slice stop before its start ({e})", tensor=self._name) from None
+        self._check_dtype()  # the index is parsed first, then the result's dtype is made
+        if self._dt == "F4" and ranges:  # last dim in packed pairs (aligned: step 1, even bounds)
+            a, b, _ = ranges[-1]
+            ranges[-1] = (a // 2, b // 2, 1)
+        shape = list(self._shape[:-1]) + [self._shape[-1] // 2] if self._dt == "F4" else self._shape
+        restricted = [d for d, (a, b, st) in enumerate(ranges) if (a, b, st) != (0, shape[d], 1)
+                      and self._dt != "F4"]  # sub-byte: the whole (packed) tensor is read
+        if not restricted:
+            t = self._decode()
+        else:
+            d = min(restricted, key=lambda d: (ranges[d][1] - ranges[d][0]) / max(shape[d], 1))
+            a0, b0, st0 = ranges[d]
+            t = self._decode(d, a0, b0) if b0 > a0 else self._decode()
+            if b0 > a0:
+                ranges[d] = (0, b0 - a0, st0)
+        t = t[tuple(slice(a, b, st) for a, b, st in ranges)]
+        if squeeze:
+            t = t.reshape([n for i, n in enumerate(t.shape) if i not in squeeze])
+        t = t.copy() if hasattr(t, "copy") else t.contiguous().clone()
+        return self._place(t)
+
+
+def _dtype_name(dtype) -> str:
+    from . import _dtype_str
+
+    return _dtype_str(dtype)
+
+
+def load_file(filename, framework: str, device: Any = "cpu", *, backend: str = "mmap") -> Dict[str, Any]:
+    with safe_open(filename, framework=framework, device=device, backend=backend) as f:
+        return f.get_tensors()
