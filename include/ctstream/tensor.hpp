@@ -30,10 +30,15 @@ enum class Format : uint8_t {
 };
 /// compressed-tensors spelling ("pack-quantized", ...).
 std::string_view format_name(Format f) noexcept;
+/// Parses a format name in any spelling the library's registry accepts ('_', ' ' or '-', any
+/// case; "dense_sparsity" = dense); nullopt for an unknown one or "mixed-precision".
+std::optional<Format> format_from_name(std::string_view name) noexcept;
 
 enum class QuantType : uint8_t { int_, float_ };
 enum class QuantStrategy : uint8_t { tensor, channel, group, block, tensor_group, token, attn_head };
 std::string_view strategy_name(QuantStrategy s) noexcept;
+/// Parses a strategy spelling ("group", "tensor_group", ...); nullopt for an unknown one.
+std::optional<QuantStrategy> strategy_from_name(std::string_view name) noexcept;
 
 /// Weight quantization arguments of a scheme (compressed-tensors `QuantizationArgs`).
 struct QuantArgs {

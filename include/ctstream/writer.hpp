@@ -41,6 +41,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -141,12 +142,88 @@ struct CompressReport {
   double ratio() const { return output_bytes ? static_cast<double>(input_bytes) / static_cast<double>(output_bytes) : 0.0; }
 };
 
+/// The writer's input, read one tensor at a time: a checkpoint on disk (compress_checkpoint) or
+/// tensors in memory (BufferSource: Python's save_model / save_file feed a state dict through it).
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  /// The tensors to write, in output order: logical name, natural dtype, shape (and, for a
+  /// checkpoint, its stored parts). Stable for the life of the source.
+  virtual std::span<const TensorInfo> tensors() const = 0;
+  /// Writes rows [r0, r1) along dim 0 of tensor `i` (the whole tensor when it is 0-d) into `out`,
+  /// which holds exactly those rows as `dtype`: the tensor's own dtype, or F32 / F16 / BF16 for a
+  /// floating tensor. Throws ctstream::Error naming the tensor when its data is bad.
+  virtual void read(size_t i, uint64_t r0, uint64_t r1, std::span<std::byte> out, DType dtype) = 0;
+  /// Where tensor `i` comes from, for error messages (a file path, "memory").
+  virtual std::string origin(size_t i) const = 0;
+  /// The model's config.json text ("" = none): the compression section is merged into it.
+  virtual std::string config_json() const { return {}; }
+  /// Where config_json() comes from, for error messages.
+  virtual std::string config_origin() const { return "config.json"; }
+  /// Module name -> the class names of its type and its bases (Python's `type(m).__mro__`),
+  /// when the model is known. Targets / ignore entries naming a class then match modules of that
+  /// class, as compressed-tensors matches them (utils/match.py `_match_class`); empty: "Linear"
+  /// and "Embedding" are matched by name heuristics (see above).
+  virtual const std::map<std::string, std::vector<std::string>>& module_classes() const;
+  /// Other files to write beside the weights (name -> contents; plain names, e.g.
+  /// "generation_config.json"), inside the same atomic output.
+  virtual std::map<std::string, std::string> extra_files() const { return {}; }
+};
+
+/// Tensors in caller memory, or produced one at a time by a callback (a PyTorch state dict: each
+/// parameter is handed over as a view of its own storage, no second copy of the model).
+class BufferSource final : public TensorSource {
+ public:
+  struct Entry {
+    std::string name;
+    DType dtype = DType::F32;
+    Shape shape;
+  };
+  /// fetch(i): tensor i's bytes, row-major (safetensors layout), exactly its size; the span must
+  /// stay valid until the next call to fetch or the end of the compress call. Called once per
+  /// tensor and pass (the writer reads each tensor once, twice for sparse-bitmask / nvfp4).
+  using Fetch = std::function<std::span<const std::byte>(size_t i)>;
+  struct Model {
+    std::string config_json;  ///< the model's config.json text ("" = none)
+    std::map<std::string, std::vector<std::string>> module_classes;  ///< see TensorSource
+    std::map<std::string, std::string> extra_files;                  ///< see TensorSource
+  };
+  /// Throws Error{invalid_argument} for an empty or duplicate name, a shape whose size overflows,
+  /// or an extra file name that is not a plain file name.
+  BufferSource(std::vector<Entry> entries, Fetch fetch, Model model = {});
+
+  std::span<const TensorInfo> tensors() const override { return infos_; }
+  void read(size_t i, uint64_t r0, uint64_t r1, std::span<std::byte> out, DType dtype) override;
+  std::string origin(size_t) const override { return "memory"; }
+  std::string config_json() const override { return model_.config_json; }
+  std::string config_origin() const override { return "the model's config"; }
+  const std::map<std::string, std::vector<std::string>>& module_classes() const override { return model_.module_classes; }
+  std::map<std::string, std::string> extra_files() const override { return model_.extra_files; }
+
+ private:
+  std::vector<TensorInfo> infos_;
+  Fetch fetch_;
+  Model model_;
+  size_t cached_ = SIZE_MAX;
+  std::span<const std::byte> bytes_;
+};
+
+/// Compresses the tensors of `source` into `out_dir` (same options, checks, atomic output and
+/// report as compress_checkpoint; nothing but the weights, config.json and the source's extra
+/// files is written).
+CompressReport compress(TensorSource& source, const std::filesystem::path& out_dir, const CompressOptions& options = {});
+
 /// Compresses the checkpoint at `in` (a .safetensors file or a model directory) into `out_dir`.
 /// Throws ctstream::Error naming the file and tensor on any failure (unsupported dtype for the
 /// format, group size not dividing the columns, non-finite weights, output not writable, write
 /// failure, cancel); nothing is left under `out_dir` then.
 CompressReport compress_checkpoint(const std::filesystem::path& in, const std::filesystem::path& out_dir,
                                    const CompressOptions& options = {});
+
+/// The formats the writer produces (the table above), in that order.
+std::span<const Format> writer_formats() noexcept;
+/// Their names, comma-separated ("dense, sparse-bitmask, ..."), for messages.
+std::string writer_format_names();
 
 /// The report as JSON text (what `ctstream compress --report FILE.json` writes).
 std::string report_json(const CompressReport& report, const CompressOptions& options);

@@ -1,5 +1,7 @@
 #include "ctstream/tensor.hpp"
 
+#include <cctype>
+
 namespace ctstream {
 
 std::string_view format_name(Format f) noexcept {
@@ -31,6 +33,28 @@ std::string_view strategy_name(QuantStrategy s) noexcept {
     case QuantStrategy::attn_head: return "attn_head";
   }
   return "unknown";
+}
+
+std::optional<Format> format_from_name(std::string_view name) noexcept {
+  // compressed_tensors/registry/registry.py `standardize_lookup_name`: '_' and ' ' -> '-', lower.
+  const auto same = [name](std::string_view canonical) {
+    if (name.size() != canonical.size()) return false;
+    for (size_t i = 0; i < name.size(); ++i) {
+      const char c = name[i] == '_' || name[i] == ' ' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
+      if (c != canonical[i]) return false;
+    }
+    return true;
+  };
+  if (same("dense-sparsity")) return Format::dense;  // SparseML-era name of "stored dense"
+  for (int i = 0; i <= static_cast<int>(Format::marlin_24); ++i)
+    if (same(format_name(static_cast<Format>(i)))) return static_cast<Format>(i);
+  return std::nullopt;
+}
+
+std::optional<QuantStrategy> strategy_from_name(std::string_view name) noexcept {
+  for (int i = 0; i <= static_cast<int>(QuantStrategy::attn_head); ++i)
+    if (strategy_name(static_cast<QuantStrategy>(i)) == name) return static_cast<QuantStrategy>(i);
+  return std::nullopt;
 }
 
 uint64_t TensorInfo::numel() const noexcept {

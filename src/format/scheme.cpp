@@ -196,30 +196,6 @@ bool no_class(const std::string&) { return false; }
 
 }  // namespace
 
-std::optional<Format> format_from_name(const std::string& raw) {
-  // compressed_tensors/registry/registry.py `standardize_lookup_name`: '_' and ' ' -> '-', lower.
-  std::string s = raw;
-  for (char& c : s) c = c == '_' || c == ' ' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  static const std::pair<const char*, Format> names[] = {
-      {"dense", Format::dense},
-      {"dense-sparsity", Format::dense},  // SparseML-era name of "stored dense"
-      {"sparse-bitmask", Format::sparse_bitmask},
-      {"sparse-24-bitmask", Format::sparse_24_bitmask},
-      {"pack-quantized", Format::pack_quantized},
-      {"naive-quantized", Format::naive_quantized},
-      {"int-quantized", Format::int_quantized},
-      {"float-quantized", Format::float_quantized},
-      {"nvfp4-pack-quantized", Format::nvfp4_pack_quantized},
-      {"mxfp4-pack-quantized", Format::mxfp4_pack_quantized},
-      {"mxfp6-pack-quantized", Format::mxfp6_pack_quantized},
-      {"mxfp8-quantized", Format::mxfp8_quantized},
-      {"marlin-24", Format::marlin_24},
-  };
-  for (const auto& [n, f] : names)
-    if (s == n) return f;
-  return std::nullopt;
-}
-
 Scheme parse_scheme(const std::string& text, const std::string& file) {
   if (text.empty()) return Scheme{};
   const json root = parse_json(text, ErrorKind::invalid_config, file, "config.json");

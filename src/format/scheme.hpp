@@ -43,10 +43,6 @@ struct Scheme {
 /// `file`.
 Scheme parse_scheme(const std::string& config_json, const std::string& file);
 
-/// Maps a compressed-tensors format name (any spelling the library's registry accepts: `_` or
-/// `-`, any case; "dense_sparsity" = dense) to a Format; nullopt for unknown / "mixed-precision".
-std::optional<Format> format_from_name(const std::string& name);
-
 /// The group whose targets match `module` (compressed_tensors/utils/match.py: ignore wins;
 /// exact names first, then regexes in alphabetical order of pattern, then class names), or null.
 /// Class names match any module that stores compressed parts (the model is not known here);

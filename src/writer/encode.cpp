@@ -52,7 +52,7 @@ Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<fl
       throw Error(ErrorKind::invalid_argument, file, t.name,
                   "its value range overflows " + std::string(dtype_name(it.work)) + " when computing scale " + std::to_string(i) +
                       " (the library would write a scale of " + std::to_string(qp.scale[i]) +
-                      " and decode NaN); quantize it from a wider dtype (--dtype float32) or --ignore the module");
+                      " and decode NaN); quantize it from a wider dtype (--dtype float32) or leave the module out (--ignore / ignore=)");
   std::vector<uint8_t> codes(n);
   quantize(v.data(), R, C, it.work, a, qp, codes.data());
   Encoded e;

@@ -24,6 +24,7 @@
 #include "writer/encode.hpp"
 #include "writer/plan.hpp"
 #include "writer/report.hpp"
+#include "writer/source.hpp"
 
 namespace ctstream {
 namespace {
@@ -74,8 +75,10 @@ struct TempDirGuard {
 
 class Job {
  public:
-  Job(const fs::path& in, const fs::path& out, const CompressOptions& o)
-      : in_(in), out_(out), o_(o), r_(resolve(o)), t0_(std::chrono::steady_clock::now()) {}
+  /// `in`: the input checkpoint's path when the source is one (the output may neither contain nor
+  /// lie inside it; its other files are copied); empty for in-memory sources.
+  Job(TensorSource& src, const fs::path& in, const fs::path& out, const CompressOptions& o)
+      : src_(src), in_(in), out_(out), o_(o), r_(resolve(o)), t0_(std::chrono::steady_clock::now()) {}
   CompressReport run();
 
  private:
@@ -83,23 +86,25 @@ class Job {
   void check_cancel() const {
     if (o_.cancel && o_.cancel->load()) fail(ErrorKind::io, out_.string(), "", "cancelled; nothing was written");
   }
-  std::string file_of(const TensorInfo& t) const {
-    return t.parts.empty() ? in_.string() : ckpt_->files()[t.parts[0].file].string();
-  }
   void prepare_output();
+  void check_not_nested() const;
   void scan();
   std::string config_text() const;
   void write_shards();
   void write_item(Item& it, SafetensorsWriter& w);
   void write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr);
   void copy_others();
+  void write_extra_files();
+  void read_whole(const Item& it, std::span<std::byte> f32) {
+    src_.read(it.index, 0, it.t->shape.empty() ? 1 : it.t->shape[0], f32, DType::F32);
+  }
   void commit();
 
+  TensorSource& src_;
   fs::path in_, out_, tmp_;
   const CompressOptions& o_;
   Resolved r_;
   std::chrono::steady_clock::time_point t0_;
-  std::optional<Checkpoint> ckpt_;
   Plan plan_;
   std::vector<Item>& items_ = plan_.items;
   std::vector<std::string> shard_names_;
@@ -107,15 +112,8 @@ class Job {
   TempDirGuard guard_;
 };
 
-void Job::prepare_output() {
-  out_ = fs::absolute(out_).lexically_normal();
-  if (out_.filename().empty()) out_ = out_.parent_path();
-  const fs::path parent = out_.parent_path();
+void Job::check_not_nested() const {
   std::error_code ec;
-  if (!fs::is_directory(parent, ec))
-    fail(ErrorKind::io, out_.string(), "", "parent directory " + parent.string() + " does not exist");
-  // OUT may neither be IN, contain IN (replacing OUT would delete the input) nor lie inside IN
-  // (the output would be read back as input); compared on resolved paths, links followed.
   const fs::path in_c = fs::weakly_canonical(in_, ec), out_c = fs::weakly_canonical(out_, ec);
   auto within = [](const fs::path& inner, const fs::path& outer) {  // inner is outer or below it
     std::string i = inner.generic_string(), o = outer.generic_string();
@@ -129,6 +127,18 @@ void Job::prepare_output() {
                                                                " (replacing it would delete the input)");
   if (within(out_c, in_c))
     fail(ErrorKind::invalid_argument, out_.string(), "", "output directory lies inside the input " + in_.string());
+}
+
+void Job::prepare_output() {
+  out_ = fs::absolute(out_).lexically_normal();
+  if (out_.filename().empty()) out_ = out_.parent_path();
+  const fs::path parent = out_.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(parent, ec))
+    fail(ErrorKind::io, out_.string(), "", "parent directory " + parent.string() + " does not exist");
+  // OUT may neither be IN, contain IN (replacing OUT would delete the input) nor lie inside IN
+  // (the output would be read back as input); compared on resolved paths, links followed.
+  if (!in_.empty()) check_not_nested();
   if (fs::exists(out_, ec)) {
     if (!fs::is_directory(out_, ec)) fail(ErrorKind::io, out_.string(), "", "exists and is not a directory");
     if (!fs::is_empty(out_, ec) && !o_.overwrite)
@@ -154,7 +164,7 @@ void Job::scan() {
     Item& it = *need[k];
     const uint64_t n = it.t->numel();
     buf.resize(n);
-    ckpt_->decode_into(*it.t, std::as_writable_bytes(std::span(buf)), DType::F32);
+    read_whole(it, std::as_writable_bytes(std::span(buf)));
     if (it.convert)
       for (auto& v : buf) v = round_to(it.work, v);
     if (r_.format == Format::sparse_bitmask) {
@@ -224,7 +234,7 @@ std::string Job::config_text() const {
     }
     s.global_sparsity = total > 0 ? zeros / total : 0.0;
   }
-  return format::compression_config(ckpt_->config_json(), (in_ / "config.json").string(), s);
+  return format::compression_config(src_.config_json(), src_.config_origin(), s);
 }
 
 void Job::write_shards() {
@@ -300,16 +310,13 @@ void Job::write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr) {
   ErrStats st;
   std::vector<float> v;
   std::vector<std::byte> outb;
-  ckpt_->validate(t);
   for (uint64_t r0 = 0; r0 < std::max<uint64_t>(rows, 1); r0 += step) {
-    const uint64_t r1 = std::min(rows, r0 + step);
-    const std::optional<Slice> sl =
-        t.shape.empty() || (r0 == 0 && r1 == rows) ? std::nullopt : std::optional<Slice>(Slice{0, r0, r1});
+    const uint64_t r1 = t.shape.empty() ? 1 : std::min(rows, r0 + step);
     const uint64_t n = t.shape.empty() ? t.numel() : (r1 - r0) * row_elems;
     outb.resize((n * dtype_bits(it.work) + 7) / 8);
     if (via_f32) {
       v.resize(n);
-      ckpt_->decode_into(t, std::as_writable_bytes(std::span(v)), DType::F32, sl);
+      src_.read(it.index, r0, r1, std::as_writable_bytes(std::span(v)), DType::F32);
       if (it.convert) {
         for (uint64_t i = 0; i < n; ++i) {
           const float c = round_to(it.work, v[i]);
@@ -319,7 +326,7 @@ void Job::write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr) {
       }
       store(v.data(), n, it.work, outb.data());
     } else {
-      ckpt_->decode_into(t, outb, it.work, sl);
+      src_.read(it.index, r0, r1, outb, it.work);
     }
     w.write(outb);
     if (rows == 0) break;
@@ -340,13 +347,12 @@ void Job::write_item(Item& it, SafetensorsWriter& w) {
     rep_.tensors.push_back(std::move(tr));
     return;
   }
-  const std::string file = file_of(t);
+  const std::string file = src_.origin(it.index);
   tr.format = r_.format;
   tr.scheme = r_.scheme;
   const uint64_t n = t.numel();
-  ckpt_->validate(t);
   std::vector<float> v(n);
-  ckpt_->decode_into(t, std::as_writable_bytes(std::span(v)), DType::F32);
+  read_whole(it, std::as_writable_bytes(std::span(v)));
   std::vector<float> orig;
   if (it.convert) {
     if (o_.compute_errors) orig = v;
@@ -358,7 +364,7 @@ void Job::write_item(Item& it, SafetensorsWriter& w) {
     for (uint64_t i = 0; i < n; ++i)
       if (!std::isfinite(v[i]))
         fail(ErrorKind::invalid_argument, file, t.name, "contains NaN or Inf at element " + std::to_string(i) +
-             "; it cannot be quantized (--ignore the module)");
+             "; it cannot be quantized (leave the module out: --ignore / ignore=)");
     e = encode_quantized(it, r_, v, o_.compute_errors, file);
   } else {
     e = encode_sparse(it, r_, v, o_.prune_24, o_.compute_errors, file);
@@ -379,9 +385,9 @@ void Job::write_item(Item& it, SafetensorsWriter& w) {
 
 void Job::copy_others() {
   std::error_code ec;
-  if (!o_.copy_other_files || !fs::is_directory(in_, ec)) return;
+  if (!o_.copy_other_files || in_.empty() || !fs::is_directory(in_, ec)) return;
   std::set<fs::path> own;
-  for (const auto& f : ckpt_->files()) own.insert(fs::weakly_canonical(f, ec));
+  for (const auto& f : static_cast<const CheckpointSource&>(src_).checkpoint().files()) own.insert(fs::weakly_canonical(f, ec));
   static const char* skip_ext[] = {".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf", ".ot", ".safetensors"};
   const fs::path out_canon = fs::weakly_canonical(out_, ec);
   const fs::path tmp_canon = fs::weakly_canonical(tmp_, ec);
@@ -438,11 +444,16 @@ void Job::commit() {
   if (!old.empty()) fs::remove_all(old, ec);
 }
 
+void Job::write_extra_files() {
+  for (const auto& [name, text] : src_.extra_files()) {
+    write_text(tmp_ / name, text);
+    rep_.files.push_back(name);
+  }
+}
+
 CompressReport Job::run() {
-  in_ = fs::absolute(in_).lexically_normal();
-  ckpt_.emplace(Checkpoint::open(in_, o_.open));
   prepare_output();
-  plan_ = make_plan(*ckpt_, o_, r_, [this](const TensorInfo& t) { return file_of(t); });
+  plan_ = make_plan(src_.tensors(), o_, r_, src_.module_classes(), [this](size_t i) { return src_.origin(i); });
   scan();
   for (auto& it : items_)
     if (it.compress) plan_parts(it, r_);
@@ -454,6 +465,7 @@ CompressReport Job::run() {
     rep_.files.push_back("config.json");
   }
   copy_others();
+  write_extra_files();
   commit();
   for (const auto& tr : rep_.tensors) {
     rep_.input_bytes += tr.input_bytes;
@@ -469,7 +481,16 @@ CompressReport Job::run() {
 CompressReport compress_checkpoint(const std::filesystem::path& in, const std::filesystem::path& out_dir,
                                    const CompressOptions& options) {
   return detail::at_boundary(in.string(), "", [&] {
-    Job job(in, out_dir, options);
+    const fs::path abs = fs::absolute(in).lexically_normal();
+    CheckpointSource src(abs, options.open);
+    Job job(src, abs, out_dir, options);
+    return job.run();
+  });
+}
+
+CompressReport compress(TensorSource& source, const std::filesystem::path& out_dir, const CompressOptions& options) {
+  return detail::at_boundary("", "", [&] {
+    Job job(source, {}, out_dir, options);
     return job.run();
   });
 }

@@ -45,6 +45,24 @@ bool is_quantized_format(Format f) {
   return f == Format::pack_quantized || f == Format::int_quantized || f == Format::float_quantized ||
          f == Format::nvfp4_pack_quantized;
 }
+}  // namespace ctstream::writer
+
+namespace ctstream {
+std::span<const Format> writer_formats() noexcept {
+  static constexpr Format kFormats[] = {Format::dense, Format::sparse_bitmask, Format::sparse_24_bitmask,
+                                        Format::pack_quantized, Format::int_quantized, Format::float_quantized,
+                                        Format::nvfp4_pack_quantized};
+  return kFormats;
+}
+std::string writer_format_names() {
+  std::string s;
+  for (Format f : writer_formats()) s += (s.empty() ? "" : ", ") + std::string(format_name(f));
+  return s;
+}
+}  // namespace ctstream
+
+namespace ctstream::writer {
+
 bool is_sparse_format(Format f) { return f == Format::sparse_bitmask || f == Format::sparse_24_bitmask; }
 
 QuantArgs Resolved::quant() const {
@@ -93,9 +111,8 @@ Resolved resolve(const CompressOptions& o) {
       if (r.args.strategy != QuantStrategy::tensor_group) bad("nvfp4-pack-quantized: strategy is tensor_group (group 16)");
       break;
     default:
-      fail(ErrorKind::unsupported, "", "", "the writer cannot produce format '" + fname +
-           "' (supported: dense, sparse-bitmask, sparse-24-bitmask, pack-quantized, int-quantized, "
-           "float-quantized, nvfp4-pack-quantized)");
+      fail(ErrorKind::unsupported, "", "", "the writer cannot produce format '" + fname + "' (supported: " +
+           writer_format_names() + ")");
   }
   auto& a = r.args;
   a.symmetric = o.symmetric;
@@ -131,10 +148,11 @@ Resolved resolve(const CompressOptions& o) {
   return r;
 }
 
-Selector::Selector(const std::vector<std::string>& entries, const char* what) {
+Selector::Selector(const std::vector<std::string>& entries, const char* what, const Classes& classes) : classes_(classes) {
   for (const auto& s : entries)
     if (s.empty()) fail(ErrorKind::invalid_argument, "", "", std::string(what) + " entry is empty");
   list_ = format::TargetList::parse(entries, ErrorKind::invalid_argument, "", what);
+  if (!classes.empty()) return;
   for (const auto& t : list_.targets())
     if (t.kind == format::Target::Kind::class_name && t.text != "Linear" && t.text != "Embedding")
       fail(ErrorKind::unsupported, "", "", std::string(what) + " class '" + t.text +
@@ -144,6 +162,13 @@ Selector::Selector(const std::vector<std::string>& entries, const char* what) {
 
 bool Selector::matches(const std::string& module, const TensorInfo& t) const {
   return list_.matches(module, [&](const std::string& cls) {
+    if (!classes_.empty()) {  // the model is known: its classes, as compressed-tensors matches them
+      const auto f = classes_.find(module);
+      if (f == classes_.end()) return false;
+      bool is = false;
+      for (const auto& c : f->second) is = is || c == cls || (cls == "Linear" && c == "LinearBase");
+      return is && !(cls == "Linear" && head_like(module));
+    }
     if (cls == "Linear") return linear_like(module, t);
     if (cls == "Embedding") return t.shape.size() == 2 && embedding_like(module);
     return false;
@@ -158,16 +183,18 @@ uint64_t bytes_of(DType d, const Shape& s) {
 }
 }  // namespace
 
-Plan make_plan(const Checkpoint& ck, const CompressOptions& o, const Resolved& r,
-               const std::function<std::string(const TensorInfo&)>& file_of) {
-  const Selector targets(o.targets.empty() ? std::vector<std::string>{"Linear"} : o.targets, "targets");
-  const Selector ignore(o.ignore, "ignore");
+Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, const Resolved& r,
+               const Selector::Classes& classes, const std::function<std::string(size_t)>& origin) {
+  const Selector targets(o.targets.empty() ? std::vector<std::string>{"Linear"} : o.targets, "targets", classes);
+  const Selector ignore(o.ignore, "ignore", classes);
   Plan plan;
   std::set<std::string> compressed_modules;
   const QuantArgs q = r.quant();
-  for (const TensorInfo& t : ck.tensors()) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorInfo& t = tensors[i];
     Item it;
     it.t = &t;
+    it.index = i;
     it.work = t.dtype;
     if (o.dtype && is_float_output(t.dtype)) {
       it.work = *o.dtype;
@@ -180,13 +207,13 @@ Plan make_plan(const Checkpoint& ck, const CompressOptions& o, const Resolved& r
         it.compress = true;
         const std::string fname(format_name(r.format));
         if (!is_float_output(it.work))
-          fail(ErrorKind::unsupported, file_of(t), t.name, "dtype " + std::string(dtype_name(t.dtype)) +
-               " cannot be stored as " + fname + " (needs F32, F16 or BF16 weights); add the module to --ignore");
+          fail(ErrorKind::unsupported, origin(i), t.name, "dtype " + std::string(dtype_name(t.dtype)) +
+               " cannot be stored as " + fname + " (needs F32, F16 or BF16 weights); leave the module out (--ignore / ignore=)");
         // The format table decides what the format can hold, exactly as the reader will.
         format::Why why;
         if (!format::geometry(r.format, t.shape, is_quantized_format(r.format) ? &q : nullptr, why))
-          fail(ErrorKind::invalid_argument, file_of(t), t.name, fname + " cannot store this weight: " + why +
-               "; choose other arguments, or --ignore the module");
+          fail(ErrorKind::invalid_argument, origin(i), t.name, fname + " cannot store this weight: " + why +
+               "; choose other arguments, or leave the module out (--ignore / ignore=)");
         compressed_modules.insert(it.module);
       }
     }
@@ -194,7 +221,7 @@ Plan make_plan(const Checkpoint& ck, const CompressOptions& o, const Resolved& r
     plan.items.push_back(std::move(it));
   }
   if (r.format != Format::dense && compressed_modules.empty())
-    fail(ErrorKind::invalid_argument, ck.files().empty() ? "" : ck.files()[0].string(), "",
+    fail(ErrorKind::invalid_argument, tensors.empty() ? "" : origin(0), "",
          "no tensor matches the targets (2-D `.weight` tensors of modules matched by --targets and not by --ignore); "
          "nothing to compress");
   // Config `ignore`: the user's patterns, plus every module holding an uncompressed `.weight`

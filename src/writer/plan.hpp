@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,15 +32,20 @@ struct Resolved {
 /// Throws Error{invalid_argument / unsupported} for an inconsistent combination.
 Resolved resolve(const CompressOptions& o);
 
-/// --targets / --ignore: the library's grammar (format/targets.hpp); the class names "Linear" and
-/// "Embedding" are matched by name heuristics (the writer has no model).
+/// --targets / --ignore: the library's grammar (format/targets.hpp). A class name matches the
+/// modules whose class (or a base) has that name when the model's classes are known
+/// (TensorSource::module_classes); without them "Linear" and "Embedding" are matched by name
+/// heuristics and other class names are refused. "Linear" never matches the output head
+/// (lm_head / embed_out), which stays dense unless named explicitly.
 class Selector {
  public:
-  Selector(const std::vector<std::string>& entries, const char* what);
+  using Classes = std::map<std::string, std::vector<std::string>>;
+  Selector(const std::vector<std::string>& entries, const char* what, const Classes& classes);
   bool matches(const std::string& module, const TensorInfo& t) const;
 
  private:
   format::TargetList list_;
+  const Classes& classes_;
 };
 
 struct OutEntry {
@@ -53,6 +59,7 @@ struct OutEntry {
 /// One input tensor and what it becomes.
 struct Item {
   const TensorInfo* t = nullptr;
+  size_t index = 0;         ///< in the source
   bool compress = false;
   DType work = DType::F32;  ///< dtype the tensor is written / quantized in
   bool convert = false;     ///< float values are rounded from t->dtype to `work`
@@ -70,9 +77,9 @@ struct Plan {
   uint64_t input_bytes = 0;
 };
 
-/// Decides per tensor. `file_of` names the file of a tensor in errors.
-Plan make_plan(const Checkpoint& ck, const CompressOptions& o, const Resolved& r,
-               const std::function<std::string(const TensorInfo&)>& file_of);
+/// Decides per tensor. `origin(i)` names where tensor i comes from in errors.
+Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, const Resolved& r,
+               const Selector::Classes& classes, const std::function<std::string(size_t)>& origin);
 
 /// Fills `it.out` of a compressed item (after the scan: sparse-bitmask needs its nnz).
 void plan_parts(Item& it, const Resolved& r);

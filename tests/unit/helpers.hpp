@@ -9,8 +9,22 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <optional>
+
+#include "ctstream/error.hpp"
 
 namespace th {
+
+/// The kind of the ctstream::Error `f` throws; nullopt when it returns normally.
+template <class F>
+std::optional<ctstream::ErrorKind> error_kind(F&& f) {
+  try {
+    f();
+  } catch (const ctstream::Error& e) {
+    return e.kind();
+  }
+  return std::nullopt;
+}
 
 inline std::filesystem::path fixtures() { return CTSTREAM_FIXTURES; }
 

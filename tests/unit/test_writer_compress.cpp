@@ -565,3 +565,137 @@ TEST_CASE("pread mode reads parts through sliding windows: large parts decode as
     }
   }
 }
+
+namespace {
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+}  // namespace
+
+TEST_CASE("compress from memory (BufferSource) writes the bytes compress_checkpoint writes", "[writer_compress]") {
+  // The in-memory path (Python's save_model) and the file path share the whole writer; fed the
+  // same tensors and config they must produce identical files, for every format.
+  th::TempDir tmp("wm");
+  const auto model = make_model(DType::BF16);
+  write_model(tmp.path / "in", model, "bfloat16");
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<BufferSource::Entry> entries;
+  for (const auto& t : model) {
+    bytes.push_back(encode(t.values, t.dtype));
+    entries.push_back({t.name, t.dtype, t.shape});
+  }
+  const std::string config = slurp(tmp.path / "in" / "config.json");
+  struct F {
+    const char* name;
+    Format format;
+    std::optional<DType> dtype;
+  };
+  for (const F& f : {F{"pack", Format::pack_quantized, {}}, F{"int8", Format::int_quantized, {}},
+                     F{"fp8", Format::float_quantized, {}}, F{"nvfp4", Format::nvfp4_pack_quantized, {}},
+                     F{"bitmask", Format::sparse_bitmask, {}}, F{"dense_f16", Format::dense, DType::F16}}) {
+    DYNAMIC_SECTION(f.name) {
+      CompressOptions o;
+      o.format = f.format;
+      o.group_size = 32;
+      o.dtype = f.dtype;
+      o.copy_other_files = false;
+      const auto from_file = compress_checkpoint(tmp.path / "in", tmp.path / (std::string(f.name) + "_file"), o);
+      size_t fetches = 0;
+      BufferSource src(entries, [&](size_t i) {
+        ++fetches;
+        return std::span<const std::byte>(bytes[i]);
+      }, {config, {}, {}});
+      const auto from_mem = compress(src, tmp.path / (std::string(f.name) + "_mem"), o);
+      CHECK(fetches >= model.size());
+      CHECK(from_mem.files == from_file.files);
+      for (const auto& name : from_file.files)
+        CHECK(slurp(tmp.path / (std::string(f.name) + "_mem") / name) == slurp(tmp.path / (std::string(f.name) + "_file") / name));
+      REQUIRE(from_mem.tensors.size() == from_file.tensors.size());
+      for (size_t i = 0; i < from_mem.tensors.size(); ++i) {
+        CHECK(from_mem.tensors[i].max_abs_error == from_file.tensors[i].max_abs_error);
+        CHECK(from_mem.tensors[i].format == from_file.tensors[i].format);
+      }
+    }
+  }
+}
+
+TEST_CASE("compress from memory: class targets, extra files, bad buffers leave nothing", "[writer_compress]") {
+  th::TempDir tmp("wm2");
+  const auto model = make_model(DType::F32);
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<BufferSource::Entry> entries;
+  for (const auto& t : model) {
+    bytes.push_back(encode(t.values, t.dtype));
+    entries.push_back({t.name, t.dtype, t.shape});
+  }
+  auto fetch = [&](size_t i) { return std::span<const std::byte>(bytes[i]); };
+  // The model's classes: only layer 0's MLP are (subclasses of) Linear; lm_head is a Linear too.
+  BufferSource::Model m;
+  for (const auto& t : model) {
+    const std::string mod = t.name.substr(0, t.name.rfind('.'));
+    const bool lin = mod.find("layers.0.mlp") != std::string::npos || mod == "lm_head";
+    m.module_classes[mod] = lin ? std::vector<std::string>{"QLinear", "Linear", "Module"} : std::vector<std::string>{"Other", "Module"};
+  }
+  m.extra_files["generation_config.json"] = "{\"do_sample\": false}";
+  SECTION("\"Linear\" matches by class (the output head stays dense), other classes too") {
+    BufferSource src(entries, fetch, m);
+    CompressOptions o;
+    o.group_size = 32;
+    auto rep = compress(src, tmp.path / "cls", o);
+    auto ck = Checkpoint::open(tmp.path / "cls");
+    for (const auto& t : ck.tensors()) {
+      const bool want = t.name.find("layers.0.mlp") != std::string::npos && t.name.ends_with(".weight");
+      CHECK((t.format == Format::pack_quantized) == want);
+    }
+    CHECK(slurp(tmp.path / "cls" / "generation_config.json") == "{\"do_sample\": false}");
+    CHECK(std::find(rep.files.begin(), rep.files.end(), "generation_config.json") != rep.files.end());
+    o.targets = {"QLinear", "lm_head"};
+    BufferSource src2(entries, fetch, m);
+    compress(src2, tmp.path / "cls2", o);
+    auto ck2 = Checkpoint::open(tmp.path / "cls2");
+    CHECK(ck2.at("lm_head.weight").format == Format::pack_quantized);
+    CHECK(ck2.at("model.layers.0.mlp.up_proj.weight").format == Format::pack_quantized);
+    CHECK(ck2.at("model.layers.1.mlp.up_proj.weight").format == Format::dense);
+  }
+  SECTION("without classes, a class other than Linear / Embedding is refused") {
+    BufferSource src(entries, fetch);
+    CompressOptions o;
+    o.targets = {"QLinear"};
+    CHECK(th::error_kind([&] { compress(src, tmp.path / "x", o); }) == ErrorKind::unsupported);
+  }
+  SECTION("a buffer of the wrong size, or a fetch that throws: an error naming the tensor, nothing written") {
+    auto short_fetch = [&](size_t i) {
+      std::span<const std::byte> s(bytes[i]);
+      return model[i].name == "model.layers.1.mlp.up_proj.weight" ? s.first(s.size() - 2) : s;
+    };
+    BufferSource src(entries, short_fetch);
+    CompressOptions o;
+    o.group_size = 32;
+    try {
+      compress(src, tmp.path / "bad", o);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::invalid_argument);
+      CHECK(e.tensor() == "model.layers.1.mlp.up_proj.weight");
+    }
+    BufferSource src2(entries, [&](size_t i) -> std::span<const std::byte> {
+      if (i == 5) throw Error(ErrorKind::io, "", model[i].name, "cancelled by the caller");
+      return bytes[i];
+    });
+    CHECK_THROWS_AS(compress(src2, tmp.path / "bad", o), Error);
+    CHECK(!fs::exists(tmp.path / "bad"));
+    for (const auto& e : fs::directory_iterator(tmp.path)) CHECK(e.path().filename().string().find("bad") == std::string::npos);
+  }
+  SECTION("entries and extra files are checked up front") {
+    auto dup = entries;
+    dup.push_back(entries[0]);
+    CHECK(th::error_kind([&] { BufferSource(dup, fetch); }) == ErrorKind::invalid_argument);
+    for (const char* bad : {"../x", "a/b", "", "model.safetensors", "config.json"}) {
+      BufferSource::Model mm;
+      mm.extra_files[bad] = "x";
+      CHECK(th::error_kind([&] { BufferSource(entries, fetch, mm); }) == ErrorKind::invalid_argument);
+    }
+    CHECK(th::error_kind([&] { BufferSource({{"t", DType::F4, {3}}}, fetch); }) == ErrorKind::invalid_argument);
+  }
+}

@@ -27,32 +27,18 @@ namespace {
 
 
 ctstream::Format parse_format(const std::string& s) {
-  static const std::map<std::string, ctstream::Format> m = {
-      {"dense", ctstream::Format::dense},
-      {"sparse-bitmask", ctstream::Format::sparse_bitmask},
-      {"sparse-24-bitmask", ctstream::Format::sparse_24_bitmask},
-      {"pack-quantized", ctstream::Format::pack_quantized},
-      {"int-quantized", ctstream::Format::int_quantized},
-      {"float-quantized", ctstream::Format::float_quantized},
-      {"nvfp4-pack-quantized", ctstream::Format::nvfp4_pack_quantized},
-  };
-  std::string k = s;
-  for (char& c : k) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  auto it = m.find(k);
-  if (it == m.end())
-    throw std::invalid_argument("--format must be one of dense, sparse-bitmask, sparse-24-bitmask, pack-quantized, "
-                                "int-quantized, float-quantized, nvfp4-pack-quantized; got '" + s + "'");
-  return it->second;
+  const auto f = ctstream::format_from_name(s);
+  const auto all = ctstream::writer_formats();
+  if (!f || std::find(all.begin(), all.end(), *f) == all.end())
+    throw std::invalid_argument("--format must be one of " + ctstream::writer_format_names() + "; got '" + s + "'");
+  return *f;
 }
 
 ctstream::QuantStrategy parse_strategy(const std::string& s) {
-  static const std::map<std::string, ctstream::QuantStrategy> m = {
-      {"tensor", ctstream::QuantStrategy::tensor}, {"channel", ctstream::QuantStrategy::channel},
-      {"group", ctstream::QuantStrategy::group},   {"block", ctstream::QuantStrategy::block},
-      {"tensor_group", ctstream::QuantStrategy::tensor_group}};
-  auto it = m.find(s);
-  if (it == m.end()) throw std::invalid_argument("--strategy must be tensor, channel, group, block or tensor_group");
-  return it->second;
+  const auto st = ctstream::strategy_from_name(s);
+  if (!st || *st == ctstream::QuantStrategy::token || *st == ctstream::QuantStrategy::attn_head)
+    throw std::invalid_argument("--strategy must be tensor, channel, group, block or tensor_group");
+  return *st;
 }
 
 uint64_t parse_uint(const std::string& flag, const std::string& v) {

@@ -47,7 +47,7 @@ __version__: str = _native.__version__
 __all__ = [
     "open", "safe_open", "Checkpoint", "TensorSlice", "TensorIterator", "TensorInfo", "TensorPart",
     "Error", "NotFoundError", "FileNotFoundError", "InvalidArgumentError", "IndexError", "ClosedError",
-    "OutOfMemoryError", "IOError", "parse_budget", "active_isa", "save_file", "save_model", "load_model",
+    "OutOfMemoryError", "IOError", "parse_budget", "active_isa", "save_file", "save_model", "load_model", "compress",
     "__version__",
 ]
 
@@ -509,3 +509,4 @@ def _normalize_key(key, shape):
 
 
 from ._safe_open import safe_open  # noqa: E402 - needs the classes above
+from ._save import compress, load_model, save_file, save_model  # noqa: E402

@@ -27,15 +27,17 @@
 #include <string>
 #include <vector>
 
+#include "binding.hpp"
 #include "ctstream/ctstream.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 using ctstream::DType;
 using ctstream::TensorInfo;
+using ctstream_py::raise;
+using ctstream_py::set_error;
 
-namespace {
-
+namespace ctstream_py {
 PyObject* g_error = nullptr;    // ctstream.Error(RuntimeError)
 PyObject* g_classes = nullptr;  // dict: kind name -> subclass of Error (ctstream/__init__.py registers them)
 
@@ -59,11 +61,14 @@ void set_error(const std::string& kind, const std::string& message, const std::s
   PyErr_SetObject(type, exc.ptr());
 }
 
-/// Raises ctstream.<class of kind> from binding code (arguments the C++ API never sees).
-[[noreturn]] void raise(const char* kind, const std::string& message, const std::string& tensor = "") {
+[[noreturn]] void raise(const char* kind, const std::string& message, const std::string& tensor) {
   set_error(kind, message, "", tensor);
   throw nb::python_error();
 }
+
+}  // namespace ctstream_py
+
+namespace {
 
 constexpr uint64_t kNoStop = std::numeric_limits<uint64_t>::max();
 constexpr size_t kAlign = 64;
@@ -574,6 +579,8 @@ NB_MODULE(_ctstream, m) {
     return d ? std::optional<unsigned>(ctstream::dtype_bits(*d)) : std::nullopt;
   }, "name"_a, "Bits per element of a safetensors dtype name ('F4' -> 4), None for an unknown name.");
 
+  using ctstream_py::g_error;
+  using ctstream_py::g_classes;
   g_error = PyErr_NewExceptionWithDoc("ctstream.Error",
                                       "Any failure reported by ctstream (malformed file, unsupported format, "
                                       "bad argument). Attributes: kind (e.g. 'invalid_header'), file, tensor.",
@@ -582,6 +589,7 @@ NB_MODULE(_ctstream, m) {
   g_classes = PyDict_New();
   m.attr("_error_classes") = nb::handle(g_classes);  // kind -> class, filled by ctstream/__init__.py
   nb::register_exception_translator(translate);
+  ctstream_py::bind_writer(m);
 
   nb::class_<ctstream::TensorPart>(m, "TensorPart", "One stored safetensors entry of a logical tensor.")
       .def_ro("role", &ctstream::TensorPart::role)
