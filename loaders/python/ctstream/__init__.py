@@ -9,6 +9,17 @@ or numpy arrays (or straight into memory you already own).
         s = ckpt.get_slice(name)[rank * rows:(rank + 1) * rows]     # tensor-parallel shard
         parts = ckpt.packed(name)                                   # stored parts, undecoded
 
+Other surfaces:
+
+* ``ctstream.safe_open(path, framework="pt")``, ``ctstream.torch.load_file`` /
+  ``ctstream.numpy.load_file``: safetensors' own API and semantics (a drop-in), compressed tensors
+  decoded;
+* ``ctstream.save_model(model, out_dir, format="pack-quantized", ...)`` / ``save_file`` /
+  ``compress``: write compressed-tensors checkpoints from memory (one tensor at a time) or from
+  disk; ``ctstream.load_model(model, path)``: decode a checkpoint straight into a model's
+  parameters;
+* ``ctstream.vllm``: vLLM's weight iterator and the ``--load-format ctstream`` plugin.
+
 Return types (``framework=``): ``"pt"`` gives ``torch.Tensor`` (CPU), ``"np"`` gives
 ``numpy.ndarray``; the default ``None`` picks torch when it can be imported, else numpy. torch is
 never imported by ``import ctstream`` itself.
@@ -319,6 +330,7 @@ class Checkpoint:
         return self._n.info(name)
 
     def infos(self) -> List[TensorInfo]:
+        """Metadata of every tensor, in iteration order."""
         return self._n.infos()
 
     @property
@@ -429,6 +441,7 @@ class TensorSlice:
         self._info = ckpt.info(name)
 
     def get_shape(self) -> List[int]:
+        """The full tensor's shape (safetensors' spelling; also ``.shape``)."""
         return list(self._info.shape)
 
     @property
