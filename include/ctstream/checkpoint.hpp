@@ -78,6 +78,15 @@ class Checkpoint {
   uint64_t decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                        const std::optional<Slice>& slice = std::nullopt) const;
 
+  /// Shape of `slice` of `t` (t.shape without one): `stop` clamps to the dimension size; a dim
+  /// out of range or a start past the clamped stop is Error{invalid_argument} naming the file and
+  /// the tensor. The slice rule decode_into() applies, for callers that shape its output (the
+  /// Python module, the C ABI): one rule on every surface.
+  std::vector<uint64_t> output_shape(const TensorInfo& t, const std::optional<Slice>& slice = std::nullopt) const;
+  /// Bytes decode_into() writes for `slice` of `t` as `out_dtype`: the size of its output buffer.
+  /// Checks the slice as output_shape() does.
+  uint64_t output_bytes(const TensorInfo& t, DType out_dtype, const std::optional<Slice>& slice = std::nullopt) const;
+
   /// Runs every check decode_into() would run on `t`'s data (bitmask popcounts against the
   /// stored values, row_offsets, act-order indices, a file truncated since open, ...) without
   /// decoding or allocating its decoded size: check a tensor before sizing a buffer for it.

@@ -96,24 +96,6 @@ std::optional<ctstream::Slice> to_slice(const ctstream_slice* s) {
   return ctstream::Slice{s->dim, s->start, s->stop};
 }
 
-// Bytes of `t` (or of a slice of it) in dtype `d`, with the slice checked like decode does.
-uint64_t slice_bytes(const ctstream::TensorInfo& t, ctstream::DType d, const ctstream_slice* s) {
-  if (!s) return t.decoded_bytes(d);
-  if (s->dim >= t.shape.size())
-    throw ctstream::Error(ctstream::ErrorKind::invalid_argument, "", t.name,
-                          "slice dimension " + std::to_string(s->dim) + " out of range for a " +
-                              std::to_string(t.shape.size()) + "-d tensor");
-  const uint64_t n = t.shape[s->dim];
-  const uint64_t stop = s->stop < n ? s->stop : n;
-  if (s->start > stop)
-    throw ctstream::Error(ctstream::ErrorKind::invalid_argument, "", t.name,
-                          "slice start " + std::to_string(s->start) + " past its stop " + std::to_string(stop));
-  uint64_t numel = stop - s->start;
-  for (size_t i = 0; i < t.shape.size(); ++i)
-    if (i != s->dim) numel *= t.shape[i];  // no overflow: at most numel() of the whole tensor
-  return (numel * ctstream::dtype_bits(d) + 7) / 8;
-}
-
 const ctstream::TensorInfo* tensor_at(const ctstream_checkpoint* c, size_t i) {
   auto ts = c->ck.tensors();
   if (i >= ts.size())
@@ -248,7 +230,7 @@ ctstream_status ctstream_decoded_size(const ctstream_checkpoint* ckpt, const cha
   if (!ckpt || !name || !out_bytes) return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_decoded_size: NULL argument");
   if (!valid_dtype(dtype)) return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_decoded_size: dtype out of range");
   return guarded([&] {
-    *out_bytes = slice_bytes(ckpt->ck.at(name), static_cast<ctstream::DType>(dtype), slice);
+    *out_bytes = ckpt->ck.output_bytes(ckpt->ck.at(name), static_cast<ctstream::DType>(dtype), to_slice(slice));
     return CTSTREAM_OK;
   });
 }

@@ -174,6 +174,21 @@ uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, 
   });
 }
 
+std::vector<uint64_t> Checkpoint::output_shape(const TensorInfo& t, const std::optional<Slice>& slice) const {
+  return detail::at_boundary(reader::file_name(*impl_, t), t.name, [&] {
+    std::vector<uint64_t> shape = t.shape;
+    if (slice) shape[slice->dim] = reader::slice_geometry(*impl_, t, slice).len;
+    return shape;
+  });
+}
+
+uint64_t Checkpoint::output_bytes(const TensorInfo& t, DType out_dtype, const std::optional<Slice>& slice) const {
+  return detail::at_boundary(reader::file_name(*impl_, t), t.name, [&] {
+    const uint64_t elems = reader::slice_geometry(*impl_, t, slice).out_elems();  // <= numel(): no overflow
+    return (elems * dtype_bits(out_dtype) + 7) / 8;
+  });
+}
+
 void Checkpoint::validate(const TensorInfo& t) const {
   detail::at_boundary(reader::file_name(*impl_, t), t.name, [&] {
     if (t.format == Format::dense || t.format == Format::marlin_24) {

@@ -76,6 +76,11 @@ TEST_CASE("slices along any dim equal slicing the full decode", "[reader][slice]
                                    {2, 2}}) {
           INFO(name << " out " << dtype_name(out) << " dim " << dim << " [" << start << "," << stop << ")");
           const auto got = decode(ckpt, name, out, Slice{dim, start, stop});
+          // The shape and size the bindings allocate by are what decode_into writes.
+          CHECK(ckpt.output_bytes(t, out, Slice{dim, start, stop}) == got.size());
+          auto shape = t.shape;
+          shape[dim] = std::min(stop, t.shape[dim]) - start;
+          CHECK(ckpt.output_shape(t, Slice{dim, start, stop}) == shape);
           // Reference: walk every element of the full tensor, keep those inside the slice.
           std::vector<std::byte> want;
           const uint64_t n = t.numel();
@@ -115,6 +120,11 @@ TEST_CASE("bad slices, small buffers and impossible conversions are clear errors
         ErrorKind::buffer_too_small);
   CHECK(kind_of([&] { ckpt.decode_into(w, buf, DType::F32, Slice{2, 0, 1}); }) == ErrorKind::invalid_argument);
   CHECK(kind_of([&] { ckpt.decode_into(w, buf, DType::F32, Slice{0, 3, 2}); }) == ErrorKind::invalid_argument);
+  // The bindings shape their outputs by the same rule (output_shape / output_bytes), same errors.
+  CHECK(kind_of([&] { ckpt.output_shape(w, Slice{2, 0, 1}); }) == ErrorKind::invalid_argument);
+  CHECK(kind_of([&] { ckpt.output_bytes(w, DType::F32, Slice{0, 3, 2}); }) == ErrorKind::invalid_argument);
+  CHECK(ckpt.output_shape(w) == w.shape);
+  CHECK(ckpt.output_bytes(w, DType::F32) == w.decoded_bytes(DType::F32));
   CHECK(kind_of([&] { ckpt.decode_into(ckpt.at("i"), buf, DType::BF16); }) == ErrorKind::unsupported);
   CHECK(kind_of([&] { ckpt.decode_into(w, buf, DType::I8); }) == ErrorKind::unsupported);
   CHECK_THROWS_AS(ckpt.at("nope"), Error);

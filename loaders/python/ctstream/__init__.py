@@ -45,7 +45,6 @@ from __future__ import annotations
 import json
 import operator
 import os
-import re
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -215,11 +214,6 @@ def _out_target(out):
 
 # ---- budget ------------------------------------------------------------------------------------
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_BUDGET_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
-
-
 def parse_budget(budget: Union[None, int, str]) -> int:
     """Bytes of decoded tensors the loader may hold ahead of the consumer.
 
@@ -236,11 +230,7 @@ def parse_budget(budget: Union[None, int, str]) -> int:
         return budget
     if not isinstance(budget, str):
         raise TypeError(f"budget must be an int, a string like '512MB', or None, not {type(budget).__name__}")
-    m = _BUDGET_RE.match(budget)
-    unit = m.group(2).lower() if m else None
-    if m is None or unit not in _UNITS:
-        raise InvalidArgumentError(f"cannot parse budget {budget!r}: use e.g. 512MB, 2GiB, 1.5G or a byte count")
-    value = int(float(m.group(1)) * _UNITS[unit])
+    value = _native.parse_bytes(budget)  # the core's grammar, as the CLI's --budget
     if value <= 0:
         raise InvalidArgumentError(f"budget must be positive, got {budget!r}")
     return value

@@ -183,24 +183,20 @@ bool convertible(const TensorInfo& t) { return t.format != ctstream::Format::den
 struct SliceArg {
   std::optional<ctstream::Slice> slice;
   std::vector<size_t> shape;  // result shape
-  uint64_t numel = 0;
 };
 
-SliceArg slice_arg(const TensorInfo& t, int64_t dim, uint64_t start, uint64_t stop) {
+// dim < 0: the whole tensor. The slice is checked and shaped by the core (Checkpoint::output_shape:
+// stop clamps to the dimension, start past it is an invalid_argument error), as decode_into does.
+SliceArg slice_arg(const ctstream::Checkpoint& ck, const TensorInfo& t, int64_t dim, uint64_t start, uint64_t stop) {
   SliceArg a;
-  a.shape.assign(t.shape.begin(), t.shape.end());
   if (dim >= 0) {
-    if (static_cast<uint64_t>(dim) >= t.shape.size())
+    if (static_cast<uint64_t>(dim) >= t.shape.size())  // before the narrowing to the core's unsigned dim
       raise("index", "slice dimension " + std::to_string(dim) + " out of range for '" + t.name + "' with " +
                          std::to_string(t.shape.size()) + " dimensions", t.name);
-    const uint64_t n = t.shape[dim];
-    stop = std::min(stop, n);
-    start = std::min(start, stop);
     a.slice = ctstream::Slice{static_cast<unsigned>(dim), start, stop};
-    a.shape[dim] = stop - start;
   }
-  a.numel = 1;
-  for (size_t s : a.shape) a.numel *= s;
+  const std::vector<uint64_t> shape = ck.output_shape(t, a.slice);
+  a.shape.assign(shape.begin(), shape.end());
   return a;
 }
 
@@ -315,11 +311,10 @@ class TensorIter {
   unsigned threads() const { return threads_; }
 
  private:
-  static constexpr uint64_t kDefaultBudget = 512ull << 20;
   void start() {
     ctstream::StreamOptions so;
     so.dtype = dtype_;
-    so.budget_bytes = budget_ ? budget_ : kDefaultBudget;
+    if (budget_) so.budget_bytes = budget_;  // 0: the core's default (StreamOptions)
     so.threads = threads_;
     if (names_) so.order = *names_;
     // Called on the worker thread, in delivery order: plain aligned memory (no GIL needed);
@@ -355,7 +350,7 @@ class TensorIter {
 
   CkPtr ck_;
   std::optional<DType> dtype_;
-  uint64_t budget_;   // bytes decoded ahead of the consumer (0: 512 MiB)
+  uint64_t budget_;   // bytes decoded ahead of the consumer (0: StreamOptions default)
   unsigned threads_;
   std::optional<std::vector<std::string>> names_;  // delivery order (all tensors when unset)
   std::unique_ptr<State> st_;
@@ -422,8 +417,8 @@ class PyCheckpoint {
     CkPtr ck = this->ck();
     const TensorInfo& t = ck->at(name);
     const DType d = resolve(t, dtype_arg(dtype));
-    const SliceArg s = slice_arg(t, dim, start, stop);
-    const uint64_t bytes = sub_byte(d) ? (s.numel * ctstream::dtype_bits(d) + 7) / 8 : s.numel * (ctstream::dtype_bits(d) / 8);
+    const SliceArg s = slice_arg(*ck, t, dim, start, stop);
+    const uint64_t bytes = ck->output_bytes(t, d, s.slice);
     Buffer b = allocate(bytes);
     uint64_t n;
     {
@@ -472,7 +467,7 @@ class PyCheckpoint {
                             (convertible(t) ? " (floating tensors: pass dtype= or an out of bfloat16, float16 or float32)"
                                             : " (integer/bool tensors come back as stored)"))
                                .c_str());
-    const SliceArg s = slice_arg(t, dim, start, stop);
+    const SliceArg s = slice_arg(*ck, t, dim, start, stop);
     auto shape_str = [](auto get, size_t n) {
       std::string r = "(";
       for (size_t i = 0; i < n; ++i) r += (i ? ", " : "") + std::to_string(get(i));
@@ -578,6 +573,9 @@ NB_MODULE(_ctstream, m) {
     auto d = ctstream::dtype_from_name(name);
     return d ? std::optional<unsigned>(ctstream::dtype_bits(*d)) : std::nullopt;
   }, "name"_a, "Bits per element of a safetensors dtype name ('F4' -> 4), None for an unknown name.");
+  m.def("parse_bytes", [](const std::string& text) { return ctstream::parse_bytes(text); }, "text"_a,
+        "Byte count of '512MB', '1.5GiB', '4096' (K/M/G/T, KB..TB = 1000^n, KiB..TiB = 1024^n); the core's "
+        "grammar, shared with the CLI's --budget. Raises InvalidArgumentError.");
 
   using ctstream_py::g_error;
   using ctstream_py::g_classes;
