@@ -5,12 +5,14 @@
 #include <omp.h>
 
 #include <cstring>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "codecs/bitmask.hpp"
 #include "codecs/convert.hpp"
 #include "codecs/dequant.hpp"
+#include "codecs/dispatch.hpp"
 #include "codecs/half.hpp"
 
 using namespace ctstream;
@@ -71,10 +73,6 @@ void BM_memset(benchmark::State& st) {
 
 void BM_convert(benchmark::State& st, DType src, DType dst, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
-  if (!codecs::isa_supported(isa)) {
-    st.SkipWithError("ISA not supported");
-    return;
-  }
   const auto in = random_floats(src, kN);
   std::vector<std::byte> out(kN * dtype_bits(dst) / 8);
   const auto fn = codecs::convert_kernel(src, dst, isa);
@@ -91,10 +89,6 @@ void BM_convert(benchmark::State& st, DType src, DType dst, Isa isa) {
 // and group), optional integer zero points: one kernel call per row, rows split across threads.
 void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_zp, DType natural, DType dst, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
-  if (!codecs::isa_supported(isa)) {
-    st.SkipWithError("ISA not supported");
-    return;
-  }
   constexpr size_t kGroup = 128;
   const size_t groups = (cols + kGroup - 1) / kGroup;
   std::mt19937 rng(2);
@@ -128,10 +122,6 @@ void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_z
 void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::ByteCode code, size_t group,
                      size_t block_rows, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
-  if (!codecs::isa_supported(isa)) {
-    st.SkipWithError("ISA not supported");
-    return;
-  }
   const size_t gs = group ? group : cols, groups = (cols + gs - 1) / gs;
   std::mt19937 rng(4);
   std::vector<uint8_t> codes(rows * cols);
@@ -162,10 +152,6 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
 // bf16 row by row, rows split across threads.
 void BM_bitmask_bf16(benchmark::State& st, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
-  if (!codecs::isa_supported(isa)) {
-    st.SkipWithError("ISA not supported");
-    return;
-  }
   const size_t mrow = kCols / 8;
   std::mt19937_64 rng(3);
   std::vector<uint8_t> mask(kRows * mrow);
@@ -187,51 +173,56 @@ void BM_bitmask_bf16(benchmark::State& st, Isa isa) {
   st.SetLabel(codecs::isa_name(isa));
 }
 
-}  // namespace
-
 // Reference rooflines for each output size the codecs write (fp32 and 16-bit outputs).
 // Sizes: 4096x4096 16-bit and f32 outputs, and the 4096x14336 16-bit output of the dequant bench.
 BENCHMARK(BM_memcpy)->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows * kColsWide * 2)}, {1, 2}})->UseRealTime();
 BENCHMARK(BM_memset)->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows * kColsWide * 2)}, {1, 2}})->UseRealTime();
 
-#define CONVERT_BENCH(NAME, S, D)                                                                         \
-  BENCHMARK_CAPTURE(BM_convert, NAME##_scalar, DType::S, DType::D, Isa::scalar)->Arg(1)->Arg(2)->UseRealTime(); \
-  BENCHMARK_CAPTURE(BM_convert, NAME##_avx2, DType::S, DType::D, Isa::avx2)->Arg(1)->Arg(2)->UseRealTime();     \
-  BENCHMARK_CAPTURE(BM_convert, NAME##_avx512, DType::S, DType::D, Isa::avx512)->Arg(1)->Arg(2)->UseRealTime();
-CONVERT_BENCH(bf16_to_f32, BF16, F32)
-CONVERT_BENCH(f32_to_bf16, F32, BF16)
-CONVERT_BENCH(f16_to_f32, F16, F32)
-CONVERT_BENCH(f32_to_f16, F32, F16)
-CONVERT_BENCH(f16_to_bf16, F16, BF16)
+// Every kernel once per ISA this build has and this CPU runs (codecs::kAllIsas), named <case>_<isa>.
+void register_kernels() {
+  using codecs::ByteCode;
+  for (const Isa isa : codecs::kAllIsas) {
+    if (!codecs::isa_supported(isa)) continue;
+    const std::string tag = std::string("_") + codecs::isa_name(isa);
+    const auto add = [&](const std::string& name, auto&& fn, bool two_threads = true) {
+      auto* b = benchmark::RegisterBenchmark((name + tag).c_str(), fn)->Arg(1)->UseRealTime();
+      if (two_threads) b->Arg(2);
+    };
+    struct Conv { const char* name; DType s, d; };
+    for (const Conv c : {Conv{"BM_convert/bf16_to_f32", DType::BF16, DType::F32}, Conv{"BM_convert/f32_to_bf16", DType::F32, DType::BF16},
+                         Conv{"BM_convert/f16_to_f32", DType::F16, DType::F32}, Conv{"BM_convert/f32_to_f16", DType::F32, DType::F16},
+                         Conv{"BM_convert/f16_to_bf16", DType::F16, DType::BF16}})
+      add(c.name, [c, isa](benchmark::State& st) { BM_convert(st, c.s, c.d, isa); });
+    // int4 group-128 -> bf16 (bf16 scales: natural = out = BF16), 4096x4096 and 4096x14336, with and
+    // without zero points; plus the f32 output and the f16 scales/output variants on 4096x4096.
+    struct Int4 { const char* name; size_t cols; bool zp; DType nat, d; };
+    for (const Int4 c : {Int4{"BM_dequant_int4/int4_g128_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16},
+                         Int4{"BM_dequant_int4/int4_g128_zp_bf16_4096x4096", kCols, true, DType::BF16, DType::BF16},
+                         Int4{"BM_dequant_int4/int4_g128_bf16_4096x14336", kColsWide, false, DType::BF16, DType::BF16},
+                         Int4{"BM_dequant_int4/int4_g128_zp_bf16_4096x14336", kColsWide, true, DType::BF16, DType::BF16},
+                         Int4{"BM_dequant_int4/int4_g128_bf16_to_f32_4096x4096", kCols, false, DType::BF16, DType::F32},
+                         Int4{"BM_dequant_int4/int4_g128_f16_4096x4096", kCols, false, DType::F16, DType::F16}})
+      add(c.name, [c, isa](benchmark::State& st) { BM_dequant_int4(st, kRows, c.cols, c.zp, c.nat, c.d, isa); });
+    struct Byte { const char* name; size_t cols; ByteCode code; size_t group, block_rows; };
+    for (const Byte c : {Byte{"BM_dequant_byte/fp8_channel_bf16_4096x4096", kCols, ByteCode::e4m3, 0, 0},
+                         Byte{"BM_dequant_byte/fp8_channel_bf16_4096x14336", kColsWide, ByteCode::e4m3, 0, 0},
+                         Byte{"BM_dequant_byte/fp8_block128_bf16_4096x4096", kCols, ByteCode::e4m3, 128, 128},
+                         Byte{"BM_dequant_byte/fp8_block128_bf16_4096x14336", kColsWide, ByteCode::e4m3, 128, 128},
+                         Byte{"BM_dequant_byte/int8_channel_bf16_4096x4096", kCols, ByteCode::i8, 0, 0},
+                         Byte{"BM_dequant_byte/int8_group128_bf16_4096x4096", kCols, ByteCode::i8, 128, 0}})
+      add(c.name, [c, isa](benchmark::State& st) { BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, isa); },
+          isa != Isa::scalar);
+    add("BM_bitmask_bf16/sparse50_4096x4096", [isa](benchmark::State& st) { BM_bitmask_bf16(st, isa); });
+  }
+}
 
-// int4 group-128 -> bf16 (bf16 scales: natural = out = BF16), 4096x4096 and 4096x14336, with and
-// without zero points; plus the f32 output and the f16 scales/output variants on 4096x4096.
-#define DEQUANT_BENCH_ISA(NAME, R, C, ZP, NAT, D, ISA) \
-  BENCHMARK_CAPTURE(BM_dequant_int4, NAME##_##ISA, R, C, ZP, DType::NAT, DType::D, Isa::ISA)->Arg(1)->Arg(2)->UseRealTime();
-#define DEQUANT_BENCH(NAME, R, C, ZP, NAT, D)        \
-  DEQUANT_BENCH_ISA(NAME, R, C, ZP, NAT, D, scalar) \
-  DEQUANT_BENCH_ISA(NAME, R, C, ZP, NAT, D, avx2)   \
-  DEQUANT_BENCH_ISA(NAME, R, C, ZP, NAT, D, avx512)
-DEQUANT_BENCH(int4_g128_bf16_4096x4096, kRows, kCols, false, BF16, BF16)
-DEQUANT_BENCH(int4_g128_zp_bf16_4096x4096, kRows, kCols, true, BF16, BF16)
-DEQUANT_BENCH(int4_g128_bf16_4096x14336, kRows, kColsWide, false, BF16, BF16)
-DEQUANT_BENCH(int4_g128_zp_bf16_4096x14336, kRows, kColsWide, true, BF16, BF16)
-DEQUANT_BENCH(int4_g128_bf16_to_f32_4096x4096, kRows, kCols, false, BF16, F32)
-DEQUANT_BENCH(int4_g128_f16_4096x4096, kRows, kCols, false, F16, F16)
+}  // namespace
 
-#define BYTE_BENCH(NAME, C, CODE, G, BR)                                                                        \
-  BENCHMARK_CAPTURE(BM_dequant_byte, NAME##_scalar, kRows, C, codecs::ByteCode::CODE, G, BR, Isa::scalar)->Arg(1)->UseRealTime(); \
-  BENCHMARK_CAPTURE(BM_dequant_byte, NAME##_avx2, kRows, C, codecs::ByteCode::CODE, G, BR, Isa::avx2)->Arg(1)->Arg(2)->UseRealTime(); \
-  BENCHMARK_CAPTURE(BM_dequant_byte, NAME##_avx512, kRows, C, codecs::ByteCode::CODE, G, BR, Isa::avx512)->Arg(1)->Arg(2)->UseRealTime();
-BYTE_BENCH(fp8_channel_bf16_4096x4096, kCols, e4m3, 0, 0)
-BYTE_BENCH(fp8_channel_bf16_4096x14336, kColsWide, e4m3, 0, 0)
-BYTE_BENCH(fp8_block128_bf16_4096x4096, kCols, e4m3, 128, 128)
-BYTE_BENCH(fp8_block128_bf16_4096x14336, kColsWide, e4m3, 128, 128)
-BYTE_BENCH(int8_channel_bf16_4096x4096, kCols, i8, 0, 0)
-BYTE_BENCH(int8_group128_bf16_4096x4096, kCols, i8, 128, 0)
-
-BENCHMARK_CAPTURE(BM_bitmask_bf16, sparse50_4096x4096_scalar, Isa::scalar)->Arg(1)->Arg(2)->UseRealTime();
-BENCHMARK_CAPTURE(BM_bitmask_bf16, sparse50_4096x4096_avx2, Isa::avx2)->Arg(1)->Arg(2)->UseRealTime();
-BENCHMARK_CAPTURE(BM_bitmask_bf16, sparse50_4096x4096_avx512, Isa::avx512)->Arg(1)->Arg(2)->UseRealTime();
-
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  register_kernels();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

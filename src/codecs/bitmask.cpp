@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "codecs/x86/kernels.hpp"
+#include "codecs/isa_kernels.hpp"
 
 namespace ctstream::codecs {
 
@@ -26,15 +26,6 @@ size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o) noex
 size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o) noexcept { return bitmask_expand<uint16_t>(m, v, c, o); }
 size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o) noexcept { return bitmask_expand<uint32_t>(m, v, c, o); }
 }  // namespace scalar
-
-BitmaskExpandFn bitmask_expand_kernel(unsigned elem_bytes, Isa isa) noexcept {
-  switch (elem_bytes) {
-    case 1: return isa == Isa::avx512 ? avx512::bitmask_expand_1 : isa == Isa::avx2 ? avx2::bitmask_expand_1 : scalar::bitmask_expand_1;
-    case 2: return isa == Isa::avx512 ? avx512::bitmask_expand_2 : isa == Isa::avx2 ? avx2::bitmask_expand_2 : scalar::bitmask_expand_2;
-    case 4: return isa == Isa::avx512 ? avx512::bitmask_expand_4 : isa == Isa::avx2 ? avx2::bitmask_expand_4 : scalar::bitmask_expand_4;
-  }
-  return nullptr;
-}
 
 uint64_t bitmask_row_popcount(const uint8_t* mask, size_t cols) noexcept {
   uint64_t n = 0;

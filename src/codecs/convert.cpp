@@ -1,77 +1,45 @@
 #include "codecs/convert.hpp"
 
-#include <cstring>
-
-#include "codecs/minifloat.hpp"
-
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 #include "codecs/half.hpp"
-#include "codecs/x86/kernels.hpp"
+#include "codecs/isa_kernels.hpp"
+#include "codecs/kernels.hpp"
+#include "codecs/minifloat.hpp"
 
 namespace ctstream::codecs {
 
 namespace scalar {
-#define CTSTREAM_SCALAR_LOOP(NAME, IN_T, OUT_T, EXPR)                    \
-  void NAME(const void* in, void* out, size_t n) noexcept {              \
-    const IN_T* s = static_cast<const IN_T*>(in);                        \
-    OUT_T* d = static_cast<OUT_T*>(out);                                 \
-    for (size_t i = 0; i < n; ++i) {                                     \
-      IN_T v;                                                            \
-      std::memcpy(&v, s + i, sizeof v);                                  \
-      OUT_T r = EXPR;                                                    \
-      std::memcpy(d + i, &r, sizeof r);                                  \
-    }                                                                    \
+template <class In, class Out, Out (*F)(In) noexcept>
+void loop(const void* in, void* out, size_t n) noexcept {
+  const auto* s = static_cast<const std::byte*>(in);
+  auto* d = static_cast<std::byte*>(out);
+  for (size_t i = 0; i < n; ++i) {
+    In v;
+    std::memcpy(&v, s + i * sizeof(In), sizeof v);
+    const Out r = F(v);
+    std::memcpy(d + i * sizeof(Out), &r, sizeof r);
   }
-CTSTREAM_SCALAR_LOOP(f32_to_bf16, uint32_t, uint16_t, codecs::f32_to_bf16(v))
-CTSTREAM_SCALAR_LOOP(f32_to_f16, uint32_t, uint16_t, codecs::f32_to_f16(v))
-CTSTREAM_SCALAR_LOOP(bf16_to_f32, uint16_t, uint32_t, codecs::bf16_to_f32(v))
-CTSTREAM_SCALAR_LOOP(f16_to_f32, uint16_t, uint32_t, codecs::f16_to_f32(v))
-CTSTREAM_SCALAR_LOOP(bf16_to_f16, uint16_t, uint16_t, codecs::f32_to_f16(codecs::bf16_to_f32(v)))
-CTSTREAM_SCALAR_LOOP(f16_to_bf16, uint16_t, uint16_t, codecs::f32_to_bf16(codecs::f16_to_f32(v)))
-#undef CTSTREAM_SCALAR_LOOP
+}
+uint16_t bf16_to_f16_bits(uint16_t v) noexcept { return codecs::f32_to_f16(codecs::bf16_to_f32(v)); }
+uint16_t f16_to_bf16_bits(uint16_t v) noexcept { return codecs::f32_to_bf16(codecs::f16_to_f32(v)); }
+
+void f32_to_bf16(const void* in, void* out, size_t n) noexcept { loop<uint32_t, uint16_t, codecs::f32_to_bf16>(in, out, n); }
+void f32_to_f16(const void* in, void* out, size_t n) noexcept { loop<uint32_t, uint16_t, codecs::f32_to_f16>(in, out, n); }
+void bf16_to_f32(const void* in, void* out, size_t n) noexcept { loop<uint16_t, uint32_t, codecs::bf16_to_f32>(in, out, n); }
+void f16_to_f32(const void* in, void* out, size_t n) noexcept { loop<uint16_t, uint32_t, codecs::f16_to_f32>(in, out, n); }
+void bf16_to_f16(const void* in, void* out, size_t n) noexcept { loop<uint16_t, uint16_t, bf16_to_f16_bits>(in, out, n); }
+void f16_to_bf16(const void* in, void* out, size_t n) noexcept { loop<uint16_t, uint16_t, f16_to_bf16_bits>(in, out, n); }
 }  // namespace scalar
-
-namespace {
-template <class K>
-ConvertFn pick(DType src, DType dst) noexcept {
-  using D = DType;
-  if (src == D::F32 && dst == D::BF16) return K::f32_to_bf16;
-  if (src == D::F32 && dst == D::F16) return K::f32_to_f16;
-  if (src == D::BF16 && dst == D::F32) return K::bf16_to_f32;
-  if (src == D::F16 && dst == D::F32) return K::f16_to_f32;
-  if (src == D::BF16 && dst == D::F16) return K::bf16_to_f16;
-  if (src == D::F16 && dst == D::BF16) return K::f16_to_bf16;
-  return nullptr;
-}
-#define CTSTREAM_KERNEL_SET(NS)                                                                            \
-  struct NS##_set {                                                                                       \
-    static constexpr ConvertFn f32_to_bf16 = NS::f32_to_bf16, f32_to_f16 = NS::f32_to_f16,                \
-                               bf16_to_f32 = NS::bf16_to_f32, f16_to_f32 = NS::f16_to_f32,                \
-                               bf16_to_f16 = NS::bf16_to_f16, f16_to_bf16 = NS::f16_to_bf16;              \
-  };
-CTSTREAM_KERNEL_SET(scalar)
-CTSTREAM_KERNEL_SET(avx2)
-CTSTREAM_KERNEL_SET(avx512)
-#undef CTSTREAM_KERNEL_SET
-}  // namespace
-
-ConvertFn convert_kernel(DType src, DType dst, Isa isa) noexcept {
-  switch (isa) {
-    case Isa::avx512: return pick<avx512_set>(src, dst);
-    case Isa::avx2: return pick<avx2_set>(src, dst);
-    case Isa::scalar: break;
-  }
-  return pick<scalar_set>(src, dst);
-}
 
 void convert(DType src, const void* in, DType dst, void* out, size_t n, Isa isa) noexcept {
   if (src == dst) {
     std::memcpy(out, in, n * (dtype_bits(src) / 8));
     return;
   }
-  convert_kernel(src, dst, isa)(in, out, n);
+  kernels(isa).convert(src, dst)(in, out, n);
 }
 
 bool widen_to_f32(DType src, const void* in, uint64_t first, uint64_t n, float* out) noexcept {

@@ -8,7 +8,8 @@
 
 #include "codecs/half.hpp"
 #include "codecs/minifloat.hpp"
-#include "codecs/x86/kernels.hpp"
+#include "codecs/isa_kernels.hpp"
+#include "codecs/kernels.hpp"
 
 namespace ctstream::codecs {
 
@@ -35,8 +36,7 @@ void store_dequant(float v, const DequantSpec& spec, void* out, size_t j) noexce
 namespace {
 // Rounds f32 products to S, then converts to D, with the dispatched conversion kernels (the
 // same bits as store_dequant: one RNE step into S, one from the exact S value into D).
-void finish_row(const float* p, size_t n, const DequantSpec& spec, void* out) noexcept {
-  const Isa isa = active_isa();
+void finish_row(const float* p, size_t n, const DequantSpec& spec, Isa isa, void* out) noexcept {
   if (spec.natural == DType::F32 || spec.natural == spec.out) {
     convert(DType::F32, p, spec.out, out, n, isa);
     return;
@@ -49,7 +49,7 @@ void finish_row(const float* p, size_t n, const DequantSpec& spec, void* out) no
 }  // namespace
 
 void dequant_f32_row(const float* x, size_t cols, const float* scale, const float* zp, const int32_t* gidx,
-                     const DequantSpec& spec, void* out) noexcept {
+                     const DequantSpec& spec, Isa isa, void* out) noexcept {
   if (!zp || spec.int_values) {  // the subtraction is exact: products in f32, then round + convert
     thread_local std::vector<float> p;
     p.resize(cols);
@@ -70,7 +70,7 @@ void dequant_f32_row(const float* x, size_t cols, const float* scale, const floa
         }
       }
     }
-    finish_row(p.data(), cols, spec, out);
+    finish_row(p.data(), cols, spec, isa, out);
     return;
   }
   for (size_t j = 0; j < cols; ++j) {
@@ -101,24 +101,6 @@ void dequant_byte(const uint8_t* codes, size_t cols, ByteCode code, const float*
   }
 }
 }  // namespace scalar
-
-DequantByteFn dequant_byte_kernel(Isa isa) noexcept {
-  switch (isa) {
-    case Isa::avx512: return avx512::dequant_byte;
-    case Isa::avx2: return avx2::dequant_byte;
-    case Isa::scalar: break;
-  }
-  return scalar::dequant_byte;
-}
-
-DequantNibbleFn dequant_nibble_kernel(Isa isa) noexcept {
-  switch (isa) {
-    case Isa::avx512: return avx512::dequant_nibble;
-    case Isa::avx2: return avx2::dequant_nibble;
-    case Isa::scalar: break;
-  }
-  return scalar::dequant_nibble;
-}
 
 void unpack_int_row(const uint8_t* words, unsigned bits, bool dense, size_t cols, float* out) noexcept {
   const uint32_t mask = (1u << bits) - 1;

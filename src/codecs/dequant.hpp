@@ -24,9 +24,10 @@ struct DequantSpec {
 };
 
 /// Generic row kernel over f32 inputs. zp may be null (symmetric); gidx, if not null, maps
-/// column j to scale entry gidx[j] (act-order) instead of j / group_size.
+/// column j to scale entry gidx[j] (act-order) instead of j / group_size. `isa`: whose
+/// conversion kernels finish the row (the caller's table, taken once per tensor).
 void dequant_f32_row(const float* x, size_t cols, const float* scale, const float* zp, const int32_t* gidx,
-                     const DequantSpec& spec, void* out) noexcept;
+                     const DequantSpec& spec, Isa isa, void* out) noexcept;
 
 /// Fused kernel for 4-bit codes: byte m of `packed` holds column 2m in its low nibble and 2m+1
 /// in its high nibble (pack-quantized int4 and fp4 E2M1 share this order); `lut[code]` is the

@@ -1,52 +1,49 @@
 #include "codecs/dispatch.hpp"
+#include "ctstream/version.hpp"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
 #include <cpuid.h>
 #endif
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-
-#include "ctstream/version.hpp"
+#include <string_view>
 
 namespace ctstream::codecs {
 namespace {
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
 // F16C is CPUID.1:ECX[29] (not every compiler's __builtin_cpu_supports knows the name).
 bool has_f16c() noexcept {
   unsigned a = 0, b = 0, c = 0, d = 0;
   return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 }
+bool has_avx2() noexcept {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && has_f16c() && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("fma");
+}
+// AVX-512 kernels use F, BW, VL, DQ (compiled with it), VBMI (byte permutes of the 8-bit dequant
+// tables) and VBMI2 (expand/compress on bytes and words): Ice Lake, Zen 4 and later.
+bool has_avx512() noexcept {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") && has_f16c();
+}
 #endif
 
 Isa best_supported() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  // AVX-512 kernels use F, BW, VL, DQ (compiled with it), VBMI (byte permutes of the 8-bit
-  // dequant tables) and VBMI2 (expand/compress on bytes and words): Ice Lake, Zen 4 and later.
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") && has_f16c())
-    return Isa::avx512;
-  if (__builtin_cpu_supports("avx2") && has_f16c() && __builtin_cpu_supports("bmi2") &&
-      __builtin_cpu_supports("fma"))
-    return Isa::avx2;
-#endif
+  for (Isa i : {Isa::avx512, Isa::avx2, Isa::neon})
+    if (isa_supported(i)) return i;
   return Isa::scalar;
 }
 
 Isa initial() noexcept {
-  Isa best = best_supported();
-  if (const char* env = std::getenv("CTSTREAM_FORCE_ISA")) {
-    Isa want = best;
-    if (std::strcmp(env, "scalar") == 0) want = Isa::scalar;
-    else if (std::strcmp(env, "avx2") == 0) want = Isa::avx2;
-    else if (std::strcmp(env, "avx512") == 0) want = Isa::avx512;
-    return static_cast<int>(want) <= static_cast<int>(best) ? want : best;
-  }
-  return best;
+  if (const char* env = std::getenv("CTSTREAM_FORCE_ISA"))
+    for (Isa i : kAllIsas)
+      if (std::strcmp(env, isa_name(i)) == 0 && isa_supported(i)) return i;
+  return best_supported();
 }
 
 std::atomic<int>& current() {
@@ -61,11 +58,30 @@ const char* isa_name(Isa isa) noexcept {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::neon: return "neon";
   }
   return "unknown";
 }
 
-bool isa_supported(Isa isa) noexcept { return static_cast<int>(isa) <= static_cast<int>(best_supported()); }
+bool isa_supported(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::scalar: return true;
+#if defined(__x86_64__)
+    case Isa::avx2: {
+      static const bool ok = has_avx2();
+      return ok;
+    }
+    case Isa::avx512: {
+      static const bool ok = has_avx512();
+      return ok;
+    }
+#endif
+#if defined(__aarch64__)
+    case Isa::neon: return true;  // Advanced SIMD is part of the AArch64 base architecture
+#endif
+    default: return false;
+  }
+}
 
 Isa active_isa() noexcept { return static_cast<Isa>(current().load(std::memory_order_relaxed)); }
 
@@ -78,4 +94,12 @@ void set_active_isa(Isa isa) noexcept {
 
 namespace ctstream {
 const char* active_isa() noexcept { return codecs::isa_name(codecs::active_isa()); }
+bool set_active_isa(std::string_view name) noexcept {
+  for (codecs::Isa i : codecs::kAllIsas)
+    if (name == codecs::isa_name(i) && codecs::isa_supported(i)) {
+      codecs::set_active_isa(i);
+      return true;
+    }
+  return false;
+}
 }  // namespace ctstream

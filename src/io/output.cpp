@@ -106,7 +106,7 @@ void TempFile::commit_to(const std::filesystem::path& final) {
 
 std::filesystem::path make_temp_dir(const std::filesystem::path& parent, const std::string& stem, const char* kind) {
   for (int attempt = 0; attempt < 16; ++attempt) {
-    const std::filesystem::path p = parent / ("." + stem + ".ctstream-" + kind + "-" + random_token());
+    std::filesystem::path p = parent / ("." + stem + ".ctstream-" + kind + "-" + random_token());
     if (::mkdir(p.c_str(), 0777) == 0) return p;
     if (errno != EEXIST) fail_errno(p, "cannot create a temporary directory", errno);
   }

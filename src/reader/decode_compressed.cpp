@@ -6,10 +6,8 @@
 #include <optional>
 #include <cstring>
 
-#include "codecs/bitmask.hpp"
-#include "codecs/convert.hpp"
-#include "codecs/dequant.hpp"
 #include "codecs/half.hpp"
+#include "codecs/kernels.hpp"
 #include "codecs/minifloat.hpp"
 #include "core/packing.hpp"
 #include "format/format_table.hpp"
@@ -166,7 +164,7 @@ class ScaledDecoder : public RowDecoder {
   ScaledDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g,
                 const char* main_role)
       : ck_(ck), main_(need_part(ck, t, main_role)), scales_(ck, t, g), cols_(g.cols),
-        spec_(spec_for(t, out, scales_.group_size())), memo_(rows_repeat_scales(t)) {
+        spec_(spec_for(t, out, scales_.group_size())), memo_(rows_repeat_scales(t)), k_(codecs::active_kernels()) {
     assert(main_.nbytes >= g.rows * (g.row_bytes ? g.row_bytes : g.cols * (dtype_bits(main_.dtype) / 8)));
   }
 
@@ -184,9 +182,8 @@ class ScaledDecoder : public RowDecoder {
     thread_local std::vector<float> sf;
     auto w = ck_.bytes(main_, row_off + c0 / 2, (c1 - c0 + 1) / 2, sw, /*windowed=*/true);
     const float* zp = scales_.zp_row(r);
-    codecs::dequant_nibble_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(w.data()), c1 - c0, lut,
-                                                        scales_.row(r, sf, ss) + *goff, zp ? zp + *goff : nullptr,
-                                                        spec_, out);
+    k_.dequant_nibble(reinterpret_cast<const uint8_t*>(w.data()), c1 - c0, lut, scales_.row(r, sf, ss) + *goff,
+                      zp ? zp + *goff : nullptr, spec_, out);
     return true;
   }
   // n 8-bit codes (int8 / fp8 E4M3) of row r starting at a column whose scale entry is `goff`:
@@ -197,9 +194,8 @@ class ScaledDecoder : public RowDecoder {
     if (!code) return false;
     thread_local ReadWindow ss;
     thread_local std::vector<float> sf;
-    codecs::dequant_byte_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(codes), n, *code,
-                                                      scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, spec_,
-                                                      byte_memo(memo_), out);
+    k_.dequant_byte(reinterpret_cast<const uint8_t*>(codes), n, *code, scales_.row(r, sf, ss) + goff,
+                    zp ? zp + goff : nullptr, spec_, byte_memo(memo_), out);
     return true;
   }
   // n f32 values of row r starting at a column whose scale entry is `goff`.
@@ -207,7 +203,7 @@ class ScaledDecoder : public RowDecoder {
     thread_local ReadWindow ss;
     thread_local std::vector<float> sf;
     const float* zp = scales_.zp_row(r);
-    codecs::dequant_f32_row(x, n, scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, gidx, spec_, out);
+    codecs::dequant_f32_row(x, n, scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, gidx, spec_, k_.isa, out);
   }
 
   const Checkpoint::Impl& ck_;
@@ -216,6 +212,7 @@ class ScaledDecoder : public RowDecoder {
   uint64_t cols_;
   DequantSpec spec_;
   bool memo_;  // rows repeat their scales: offer the 8-bit kernel a table memo
+  const codecs::Kernels& k_;  // the active ISA's kernels, taken once per tensor
 };
 
 class PackedIntDecoder final : public ScaledDecoder {
@@ -368,7 +365,7 @@ class SparseDecoder final : public RowDecoder {
                                                      " but the bitmask puts that row at " + std::to_string(start_[r]));
       }
     }
-    expand_ = codecs::bitmask_expand_kernel(static_cast<unsigned>(vsz_), codecs::active_isa());
+    expand_ = k_.bitmask_expand(static_cast<unsigned>(vsz_));
     if (!expand_) fail(ck, t, ErrorKind::unsupported, "sparse values of dtype " + std::string(dtype_name(values_.dtype)));
     if (t.quantized) scales_ = std::make_unique<Scales>(ck, t, g);
     // The values are read in place from the mapping (mmap mode): guarded once here, before the
@@ -377,7 +374,7 @@ class SparseDecoder final : public RowDecoder {
       ck.guard(values_);
       values_view_ = ck.file_of(values_).view(values_.offset, values_.nbytes);
     }
-    if (!t.quantized && values_.dtype != out) convert_ = codecs::convert_kernel(values_.dtype, out, codecs::active_isa());
+    if (!t.quantized && values_.dtype != out) convert_ = k_.convert(values_.dtype, out);
   }
   void row(uint64_t r, std::byte* out) const override {
     thread_local ReadWindow sv, ss;
@@ -400,13 +397,13 @@ class SparseDecoder final : public RowDecoder {
     const DequantSpec spec = spec_for(t_, out_, scales_->group_size());
     const float* zp = scales_->zp_row(r);
     if (const auto code = fused_byte_code(values_.dtype, zp, spec)) {
-      codecs::dequant_byte_kernel(codecs::active_isa())(reinterpret_cast<const uint8_t*>(dense.data()), cols_, *code,
-                                                        scales_->row(r, sf, ss), zp, spec, byte_memo(rows_repeat_scales(t_)), out);
+      k_.dequant_byte(reinterpret_cast<const uint8_t*>(dense.data()), cols_, *code, scales_->row(r, sf, ss), zp, spec,
+                      byte_memo(rows_repeat_scales(t_)), out);
       return;
     }
     xf.resize(cols_);
     NaiveDecoder::values_to_f32(values_.dtype, dense.data(), cols_, xf.data());
-    codecs::dequant_f32_row(xf.data(), cols_, scales_->row(r, sf, ss), zp, nullptr, spec, out);
+    codecs::dequant_f32_row(xf.data(), cols_, scales_->row(r, sf, ss), zp, nullptr, spec, k_.isa, out);
   }
 
  private:
@@ -420,6 +417,7 @@ class SparseDecoder final : public RowDecoder {
   std::vector<std::byte> mask_copy_;
   std::span<const std::byte> values_view_;  // mmap mode: the guarded mapping of the values
   std::vector<uint64_t> start_;
+  const codecs::Kernels& k_ = codecs::active_kernels();  // taken once per tensor
   codecs::BitmaskExpandFn expand_ = nullptr;
   codecs::ConvertFn convert_ = nullptr;
   std::unique_ptr<Scales> scales_;

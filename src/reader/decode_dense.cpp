@@ -2,7 +2,7 @@
 // that large tensors split across threads and pread mode needs only small scratch buffers.
 #include <cstring>
 
-#include "codecs/convert.hpp"
+#include "codecs/kernels.hpp"
 #include "reader/internal.hpp"
 
 namespace ctstream::reader {
@@ -21,7 +21,7 @@ uint64_t decode_widened(const Checkpoint::Impl& ck, const TensorInfo& t, std::sp
   const uint64_t run = g.len * g.inner;
   const uint64_t chunk = 64u << 10;  // elements per task
   const uint64_t per_run = (run + chunk - 1) / chunk;
-  const codecs::ConvertFn fn = out_dtype == DType::F32 ? nullptr : codecs::convert_kernel(DType::F32, out_dtype, codecs::active_isa());
+  const codecs::ConvertFn fn = out_dtype == DType::F32 ? nullptr : codecs::active_kernels().convert(DType::F32, out_dtype);
   parallel_for(g.outer * per_run, g.out_elems() >= 4 * chunk ? ck.threads() : 1, [&](size_t task) {
     const uint64_t o = task / per_run, c = task % per_run;
     const uint64_t first = c * chunk, count = std::min(chunk, run - first);
@@ -85,7 +85,7 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const TensorInfo& t, std::span
   // Plain copies are read straight into the caller's memory (pread: no pages mapped into the
   // process); conversions read 1 MiB chunks into per-thread scratch.
   const bool direct_read = !convert;
-  const codecs::ConvertFn fn = convert ? codecs::convert_kernel(src, out_dtype, codecs::active_isa()) : nullptr;
+  const codecs::ConvertFn fn = convert ? codecs::active_kernels().convert(src, out_dtype) : nullptr;
   const unsigned threads = need >= 4 * kChunkBytes ? ck.threads() : 1;
   parallel_for(tasks, threads, [&](size_t task) {
     const uint64_t o = task / per_run, c = task % per_run;

@@ -25,6 +25,24 @@ def test_installed_where_expected():
     assert numpy.__file__.startswith(prefix), numpy.__file__  # the wheel's declared dependency, installed
 
 
+def test_one_version_number():
+    """CMakeLists.txt's project(VERSION) is the version of the native library, the C ABI's
+    ctstream_version(), the CLI and the Python package metadata."""
+    import importlib.metadata
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    cmake = re.search(r"project\(ctstream VERSION ([0-9.]+)", (root / "CMakeLists.txt").read_text()).group(1)
+    assert ctstream.__version__ == cmake
+    assert importlib.metadata.version("ctstream") == cmake
+    cli = os.environ.get("CTSTREAM_CLI")
+    if cli:
+        out = subprocess.run([cli, "--version"], capture_output=True, text=True, check=True).stdout
+        assert out.startswith(f"ctstream {cmake} "), out
+    changelog = (root / "CHANGELOG.md").read_text()
+    assert f"## {cmake}" in changelog, "CHANGELOG.md has no section for the current version"
+
+
 def test_every_public_name_is_documented():
     import ctstream.numpy
     import ctstream.torch

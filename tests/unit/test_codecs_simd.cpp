@@ -24,8 +24,8 @@ namespace {
 
 std::vector<Isa> simd_isas() {
   std::vector<Isa> v;
-  for (Isa i : {Isa::avx2, Isa::avx512})
-    if (codecs::isa_supported(i)) v.push_back(i);
+  for (Isa i : codecs::kAllIsas)
+    if (i != Isa::scalar && codecs::isa_supported(i)) v.push_back(i);
   return v;
 }
 
@@ -285,7 +285,7 @@ TEST_CASE("Fused 8-bit dequant (int8, fp8 E4M3): scalar equals the generic kerne
               std::vector<unsigned char> want(cols * osz + 64, 0xAB), generic(cols * osz + 64, 0xAB);
               ref(gcodes.get<uint8_t>(), cols, code, gscale.get<float>(), zptr, spec, nullptr, want.data());
               codecs::dequant_f32_row(x.data(), cols, scale.data(), with_zp ? zp.data() : nullptr, nullptr, spec,
-                                      generic.data());
+                                      codecs::Isa::scalar, generic.data());
               INFO((code == codecs::ByteCode::i8 ? "i8 " : "e4m3 ") << dtype_name(nat) << "->" << dtype_name(out)
                                                                    << " gs=" << g << " cols=" << cols << " zp=" << with_zp);
               // A NaN code times a NaN scale is NaN, but which operand's NaN comes out depends on

@@ -16,8 +16,8 @@ namespace {
 
 std::vector<Isa> simd_isas() {
   std::vector<Isa> v;
-  for (Isa i : {Isa::avx2, Isa::avx512})
-    if (codecs::isa_supported(i)) v.push_back(i);
+  for (Isa i : codecs::kAllIsas)
+    if (i != Isa::scalar && codecs::isa_supported(i)) v.push_back(i);
   return v;
 }
 

@@ -55,7 +55,7 @@ uint64_t parse_uint(const std::string& flag, const std::string& v) {
 
 std::string fmt_time(double s) {
   if (!std::isfinite(s) || s < 0) return "--:--";
-  const long t = static_cast<long>(s + 0.5);
+  const long t = std::lround(s);
   char b[32];
   if (t >= 3600) std::snprintf(b, sizeof b, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
   else std::snprintf(b, sizeof b, "%ld:%02ld", t / 60, t % 60);

@@ -1,5 +1,7 @@
 #include "synth.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -27,7 +29,28 @@ std::vector<SynthTensor> llama_specs(const SynthSpec& sp) {
   return s;
 }
 
-void fill_bf16(const std::string& name, uint64_t n, uint16_t* out) {
+namespace {
+// IEEE binary16 bits of a finite |v| < 65520, rounded to nearest even: in double arithmetic, so
+// it needs no compiler half type (_Float16 is GCC / clang >= 15 on x86) and none of the code
+// under test.
+uint16_t to_f16_bits(float v) {
+  const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  double a = std::fabs(static_cast<double>(v));
+  if (a == 0) return sign;
+  int e;
+  std::frexp(a, &e);                                     // a = m * 2^e, m in [0.5, 1)
+  const double quantum = std::ldexp(1.0, std::max(e - 11, -24));  // 11 significant bits, subnormals 2^-24
+  a = std::nearbyint(a / quantum) * quantum;             // round half to even (default rounding mode)
+  if (a < std::ldexp(1.0, -14)) return static_cast<uint16_t>(sign | static_cast<uint16_t>(a / std::ldexp(1.0, -24)));
+  std::frexp(a, &e);                                     // the rounding may have carried into 2^e
+  const auto exp = static_cast<uint16_t>(e - 1 + 15);
+  const auto mant = static_cast<uint16_t>((std::ldexp(a, -(e - 1)) - 1.0) * 1024.0);
+  return static_cast<uint16_t>(sign | (exp << 10) | mant);
+}
+}  // namespace
+
+void fill_bf16(const std::string& name, uint64_t n, uint16_t* out, double prune) {
+  const float cut = static_cast<float>(prune * 0.05);
   uint64_t x = std::hash<std::string>{}(name);
   for (uint64_t i = 0; i < n; ++i) {
     uint64_t z = (x += 0x9E3779B97F4A7C15ull);
@@ -35,6 +58,7 @@ void fill_bf16(const std::string& name, uint64_t n, uint16_t* out) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
     float f = (static_cast<float>(z >> 40) / 16777216.0f - 0.5f) * 0.1f;
+    if (std::fabs(f) < cut) f = 0.0f;
     uint32_t u;
     std::memcpy(&u, &f, 4);
     out[i] = static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
@@ -46,7 +70,12 @@ uint64_t write_synthetic_llama(const std::filesystem::path& dir, const SynthSpec
   const auto specs = llama_specs(sp);
   const size_t shards = std::max(1u, sp.shards);
   nlohmann::ordered_json weight_map;
-  uint64_t total = 0;
+  uint64_t total = 0, grand_total = 0;
+  for (const auto& t : specs) {
+    uint64_t n = 1;
+    for (auto d : t.shape) n *= d;
+    grand_total += n * ctstream::dtype_bits(sp.dtype) / 8;
+  }
   std::vector<uint16_t> bf;
   std::vector<std::byte> conv;
   for (size_t shard = 0; shard < shards; ++shard) {
@@ -64,10 +93,10 @@ uint64_t write_synthetic_llama(const std::filesystem::path& dir, const SynthSpec
       uint64_t n = 1;
       for (auto d : en.shape) n *= d;
       bf.resize(n);
-      fill_bf16(en.name, n, bf.data());
+      fill_bf16(en.name, n, bf.data(), en.shape.size() == 2 ? sp.prune : 0.0);
       if (sp.dtype == ctstream::DType::BF16) {
         w.write(std::as_bytes(std::span(bf)));
-      } else {  // widen exactly (and narrow to f16 with RNE) through the library's own decode path
+      } else {  // widen exactly, or narrow to f16 with RNE (independently of the library's kernels)
         conv.resize(n * ctstream::dtype_bits(sp.dtype) / 8);
         for (uint64_t i = 0; i < n; ++i) {
           uint32_t f = static_cast<uint32_t>(bf[i]) << 16;
@@ -75,13 +104,14 @@ uint64_t write_synthetic_llama(const std::filesystem::path& dir, const SynthSpec
           else {
             float v;
             std::memcpy(&v, &f, 4);
-            const _Float16 h = static_cast<_Float16>(v);
+            const uint16_t h = to_f16_bits(v);
             std::memcpy(&conv[2 * i], &h, 2);
           }
         }
         w.write(conv);
       }
       total += n * ctstream::dtype_bits(sp.dtype) / 8;
+      if (sp.progress) sp.progress(total, grand_total);
     }
     w.commit();
   }

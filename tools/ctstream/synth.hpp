@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,11 @@ struct SynthSpec {
   uint64_t hidden = 512, intermediate = 1376, vocab = 8192;
   unsigned shards = 1;
   ctstream::DType dtype = ctstream::DType::BF16;  ///< BF16, F16 or F32
+  /// Magnitude pruning of the 2-D weights: values with |x| below prune * 0.05 are zero (0.5:
+  /// half of them, as a 50%-sparse model after magnitude pruning).
+  double prune = 0;
+  /// Called after each tensor written (bytes done, bytes total).
+  std::function<void(uint64_t, uint64_t)> progress;
 };
 
 struct SynthTensor {
@@ -22,8 +28,9 @@ struct SynthTensor {
   ctstream::Shape shape;
 };
 std::vector<SynthTensor> llama_specs(const SynthSpec& s);
-/// Deterministic values of tensor `name` as bf16 bits (~U(-0.05, 0.05)).
-void fill_bf16(const std::string& name, uint64_t n, uint16_t* out);
+/// Deterministic values of tensor `name` as bf16 bits (~U(-0.05, 0.05)); with `prune` > 0 those
+/// with |x| < prune * 0.05 are +0.
+void fill_bf16(const std::string& name, uint64_t n, uint16_t* out, double prune = 0);
 /// Writes shards + model.safetensors.index.json (when shards > 1) + config.json into `dir`.
 /// @return tensor bytes written.
 uint64_t write_synthetic_llama(const std::filesystem::path& dir, const SynthSpec& s);

@@ -129,7 +129,7 @@ typedef struct ctstream_part_info {
   uint64_t nbytes;
 } ctstream_part_info;
 
-/** Library version, e.g. "0.1.0". */
+/** Library version (CMake project version, e.g. "0.2.0"); the ABI is CTSTREAM_C_ABI_VERSION. */
 CTSTREAM_API const char* ctstream_version(void);
 /** Stable lower-case name of a status ("ok", "not_found", ...). */
 CTSTREAM_API const char* ctstream_status_name(int status);

@@ -9,7 +9,8 @@
 #include <immintrin.h>
 
 #include "codecs/dequant.hpp"
-#include "codecs/x86/kernels.hpp"
+#include "codecs/simd_dispatch.hpp"
+#include "codecs/isa_kernels.hpp"
 
 namespace ctstream::codecs::avx512 {
 namespace {
@@ -104,7 +105,10 @@ size_t expand_row(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o
 // and the two results interleave with one 16-bit blend; for f32 output p is chosen so that
 // unpacklo/unpackhi_ps give columns 0..15 and 16..31 directly.
 
-enum Kind { kBF16, kF16, kF32 };
+using simd::Kind;
+using simd::kBF16;
+using simd::kF16;
+using simd::kF32;
 constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 // Each lane's RNE bf16 in its high 16 bits (low 16 bits: junk); NaN -> quietened, as half.hpp.
@@ -335,23 +339,6 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
   }
 }
 
-template <Kind N, Kind O>
-void dequant_zp(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp, size_t gs,
-                void* out) {
-  if (zp) dequant_run<N, O, true>(packed, cols, lut, scale, zp, gs, out);
-  else dequant_run<N, O, false>(packed, cols, lut, scale, zp, gs, out);
-}
-
-template <Kind N>
-void dequant_out(Kind o, const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp,
-                 size_t gs, void* out) {
-  switch (o) {
-    case kBF16: return dequant_zp<N, kBF16>(packed, cols, lut, scale, zp, gs, out);
-    case kF16: return dequant_zp<N, kF16>(packed, cols, lut, scale, zp, gs, out);
-    case kF32: return dequant_zp<N, kF32>(packed, cols, lut, scale, zp, gs, out);
-  }
-}
-
 // ---------------------------------------------------------------- fused 8-bit dequant
 //
 // 16 columns per chunk, one group's scale (and zero point) broadcast. int8: sign-extend and
@@ -504,28 +491,6 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
   }
 }
 
-template <Kind N, Kind O>
-void byte_code(const uint8_t* codes, size_t cols, bool e4m3, const float* scale, const float* zp, size_t gs,
-               void* memo, void* out) {
-  if (e4m3) {
-    if (zp) byte_run<N, O, true, true>(codes, cols, scale, zp, gs, memo, out);
-    else byte_run<N, O, false, true>(codes, cols, scale, zp, gs, memo, out);
-  } else {
-    if (zp) byte_run<N, O, true, false>(codes, cols, scale, zp, gs, memo, out);
-    else byte_run<N, O, false, false>(codes, cols, scale, zp, gs, memo, out);
-  }
-}
-
-template <Kind N>
-void byte_out(Kind o, const uint8_t* codes, size_t cols, bool e4m3, const float* scale, const float* zp, size_t gs,
-              void* memo, void* out) {
-  switch (o) {
-    case kBF16: return byte_code<N, kBF16>(codes, cols, e4m3, scale, zp, gs, memo, out);
-    case kF16: return byte_code<N, kF16>(codes, cols, e4m3, scale, zp, gs, memo, out);
-    case kF32: return byte_code<N, kF32>(codes, cols, e4m3, scale, zp, gs, memo, out);
-  }
-}
-
 }  // namespace
 
 size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
@@ -540,24 +505,24 @@ size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o) noex
 
 void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp,
                     const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept {
-  // Same dtype mapping as store_dequant: natural BF16 / F16 / else F32; out F32 / BF16 / else F16.
-  const Kind o = spec.out == DType::F32 ? kF32 : spec.out == DType::BF16 ? kBF16 : kF16;
   const size_t gs = static_cast<size_t>(spec.group_size);
-  if (spec.natural == DType::BF16) dequant_out<kBF16>(o, packed, cols, lut, scale, zp, gs, out);
-  else if (spec.natural == DType::F16) dequant_out<kF16>(o, packed, cols, lut, scale, zp, gs, out);
-  else dequant_out<kF32>(o, packed, cols, lut, scale, zp, gs, out);
+  simd::with_kinds(spec, [&](auto n, auto o) {
+    simd::with_flag(zp != nullptr, [&](auto z) {
+      dequant_run<decltype(n)::value, decltype(o)::value, decltype(z)::value>(packed, cols, lut, scale, zp, gs, out);
+    });
+  });
 }
 
-}  // namespace ctstream::codecs::avx512
-
-namespace ctstream::codecs::avx512 {
 void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCode code, const float* scale,
                   const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept {
-  const Kind o = spec.out == DType::F32 ? kF32 : spec.out == DType::BF16 ? kBF16 : kF16;
   const size_t gs = static_cast<size_t>(spec.group_size);
-  const bool e4m3 = code == ::ctstream::codecs::ByteCode::e4m3;
-  if (spec.natural == DType::BF16) byte_out<kBF16>(o, codes, cols, e4m3, scale, zp, gs, memo, out);
-  else if (spec.natural == DType::F16) byte_out<kF16>(o, codes, cols, e4m3, scale, zp, gs, memo, out);
-  else byte_out<kF32>(o, codes, cols, e4m3, scale, zp, gs, memo, out);
+  simd::with_kinds(spec, [&](auto n, auto o) {
+    simd::with_flag(zp != nullptr, [&](auto z) {
+      simd::with_flag(code == ::ctstream::codecs::ByteCode::e4m3, [&](auto e4m3) {
+        byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value>(codes, cols, scale, zp, gs,
+                                                                                                     memo, out);
+      });
+    });
+  });
 }
 }  // namespace ctstream::codecs::avx512

@@ -2,7 +2,7 @@
 // codecs/half.hpp bit for bit, NaN payloads included; tests/unit/test_codecs_convert.cpp checks.
 #include <immintrin.h>
 
-#include "codecs/x86/kernels.hpp"
+#include "codecs/isa_kernels.hpp"
 
 namespace ctstream::codecs::avx2 {
 namespace {

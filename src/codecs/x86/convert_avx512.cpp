@@ -4,7 +4,7 @@
 // awkward sizes.
 #include <immintrin.h>
 
-#include "codecs/x86/kernels.hpp"
+#include "codecs/isa_kernels.hpp"
 
 namespace ctstream::codecs::avx512 {
 namespace {
