@@ -70,6 +70,16 @@ expect_rc 0 "inspect marlin" "$CT" inspect "$FIX/ct/v012_marlin24_w4_g128_bf16"
 grep -q "marlin-24" "$TMP/out" && ok || bad "inspect does not name marlin-24"
 expect_rc 1 "verify marlin (decode unsupported)" "$CT" verify "$FIX/ct/v012_marlin24_w4_g128_bf16"
 
+# The default job (tools/run_demo.sh) at its small size: writes int4 / fp8 / sparse-bitmask with the
+# writer, streams each back, checks every value against the dense original (exit 1 otherwise).
+expect_rc 0 "demo --small" "$CT" demo "$TMP/demo" --small
+for v in "dense bf16" "int4 g128" "fp8 channel" "sparse-bitmask"; do
+  grep -E "^$v .*(exact|within the bound)" "$TMP/out" >/dev/null && ok || bad "demo: no checked row for $v"
+done
+want_ref=3; "$CT" --version | grep -q "ISA scalar" && want_ref=0  # nothing to compare on a scalar-only CPU
+[ "$(grep -c '= scalar reference' "$TMP/out")" = $want_ref ] && ok || bad "demo: the SIMD decodes were not compared with the scalar reference"
+rm -rf "$TMP/demo"
+
 [ -x "$PY" ] || echo "note: $PY missing (run tools/setup_python.sh); Python cross-checks skipped"
 ls "$TMP" | grep -q '\.tmp\.' && bad "temporary file left behind" || ok
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <stdexcept>
 
 namespace cli {
@@ -86,9 +87,29 @@ ctstream::OpenOptions open_options(const Args& a) {
 }
 
 uint64_t peak_rss_bytes() {
+  // VmHWM follows clear_refs resets; ru_maxrss never goes down.
+  if (FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    unsigned long long kb = 0;
+    bool found = false;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "VmHWM: %llu kB", &kb) == 1) {
+        found = true;
+        break;
+      }
+    std::fclose(f);
+    if (found) return kb * 1024;
+  }
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+bool reset_peak_rss() {
+  FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
 }
 
 double now_seconds() {
@@ -96,6 +117,29 @@ double now_seconds() {
 }
 
 bool stdout_is_terminal() { return ::isatty(1) != 0; }
+
+Progress::Progress(std::string label, uint64_t total)
+    : label_(std::move(label)), total_(total), start_(now_seconds()), tty_(::isatty(2) != 0) {}
+
+Progress::~Progress() {
+  if (drawn_) std::fprintf(stderr, "\r\033[K"), std::fflush(stderr);
+}
+
+void Progress::update(uint64_t done, uint64_t total) {
+  if (total) total_ = total;
+  if (!tty_) return;
+  const double t = now_seconds();
+  if (t - start_ < 1.0 || (t - last_ < 0.1 && done < total_)) return;
+  last_ = t;
+  const double frac = total_ ? std::min(1.0, static_cast<double>(done) / static_cast<double>(total_)) : 1.0;
+  constexpr int kWidth = 30;
+  const int fill = static_cast<int>(frac * kWidth);
+  std::string bar(static_cast<size_t>(fill), '#');
+  bar.resize(kWidth, '.');
+  std::fprintf(stderr, "\r\033[K%-28s [%s] %3.0f%%  %.1f s", label_.c_str(), bar.c_str(), frac * 100, t - start_);
+  std::fflush(stderr);
+  drawn_ = true;
+}
 
 namespace {
 std::atomic<bool> g_cancel{false};

@@ -31,10 +31,31 @@ std::string shape_str(const ctstream::Shape& s);
 std::string scheme_str(const ctstream::TensorInfo& t);
 ctstream::OpenOptions open_options(const Args& a);
 ctstream::DType parse_dtype(const std::string& s);
-/// Peak resident set size of this process so far, bytes (getrusage).
+/// Peak resident set size of this process so far, bytes (VmHWM since the last
+/// reset_peak_rss(), else getrusage).
 uint64_t peak_rss_bytes();
+/// Starts a new peak-RSS window (Linux: /proc/self/clear_refs "5"); false when unsupported.
+bool reset_peak_rss();
 double now_seconds();
 bool stdout_is_terminal();
+
+/// A one-line progress bar on stderr for work that runs longer than a second: drawn only when
+/// stderr is a terminal and only once the task has run 1 s; cleared when destroyed.
+class Progress {
+ public:
+  Progress(std::string label, uint64_t total);
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  /// `total` != 0 replaces the total given at construction.
+  void update(uint64_t done, uint64_t total = 0);
+
+ private:
+  std::string label_;
+  uint64_t total_;
+  double start_, last_ = 0;
+  bool tty_, drawn_ = false;
+};
 
 /// While alive, SIGINT / SIGTERM / SIGHUP set flag(): the library stops at its next tensor and
 /// removes its temporary output. A second signal removes every temporary file at once and ends
