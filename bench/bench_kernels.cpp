@@ -5,8 +5,8 @@
 #include <omp.h>
 
 #include <cstring>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "codecs/bitmask.hpp"
@@ -175,8 +175,12 @@ void BM_bitmask_bf16(benchmark::State& st, Isa isa) {
 
 // Reference rooflines for each output size the codecs write (fp32 and 16-bit outputs).
 // Sizes: 4096x4096 16-bit and f32 outputs, and the 4096x14336 16-bit output of the dequant bench.
-BENCHMARK(BM_memcpy)->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows * kColsWide * 2)}, {1, 2}})->UseRealTime();
-BENCHMARK(BM_memset)->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows * kColsWide * 2)}, {1, 2}})->UseRealTime();
+BENCHMARK(BM_memcpy)
+    ->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows* kColsWide * 2)}, {1, 2}})
+    ->UseRealTime();
+BENCHMARK(BM_memset)
+    ->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows* kColsWide * 2)}, {1, 2}})
+    ->UseRealTime();
 
 // Every kernel once per ISA this build has and this CPU runs (codecs::kAllIsas), named <case>_<isa>.
 void register_kernels() {
@@ -188,29 +192,47 @@ void register_kernels() {
       auto* b = benchmark::RegisterBenchmark((name + tag).c_str(), fn)->Arg(1)->UseRealTime();
       if (two_threads) b->Arg(2);
     };
-    struct Conv { const char* name; DType s, d; };
-    for (const Conv c : {Conv{"BM_convert/bf16_to_f32", DType::BF16, DType::F32}, Conv{"BM_convert/f32_to_bf16", DType::F32, DType::BF16},
-                         Conv{"BM_convert/f16_to_f32", DType::F16, DType::F32}, Conv{"BM_convert/f32_to_f16", DType::F32, DType::F16},
-                         Conv{"BM_convert/f16_to_bf16", DType::F16, DType::BF16}})
+    struct Conv {
+      const char* name;
+      DType s, d;
+    };
+    for (const Conv c :
+         {Conv{"BM_convert/bf16_to_f32", DType::BF16, DType::F32},
+          Conv{"BM_convert/f32_to_bf16", DType::F32, DType::BF16},
+          Conv{"BM_convert/f16_to_f32", DType::F16, DType::F32}, Conv{"BM_convert/f32_to_f16", DType::F32, DType::F16},
+          Conv{"BM_convert/f16_to_bf16", DType::F16, DType::BF16}})
       add(c.name, [c, isa](benchmark::State& st) { BM_convert(st, c.s, c.d, isa); });
     // int4 group-128 -> bf16 (bf16 scales: natural = out = BF16), 4096x4096 and 4096x14336, with and
     // without zero points; plus the f32 output and the f16 scales/output variants on 4096x4096.
-    struct Int4 { const char* name; size_t cols; bool zp; DType nat, d; };
-    for (const Int4 c : {Int4{"BM_dequant_int4/int4_g128_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16},
-                         Int4{"BM_dequant_int4/int4_g128_zp_bf16_4096x4096", kCols, true, DType::BF16, DType::BF16},
-                         Int4{"BM_dequant_int4/int4_g128_bf16_4096x14336", kColsWide, false, DType::BF16, DType::BF16},
-                         Int4{"BM_dequant_int4/int4_g128_zp_bf16_4096x14336", kColsWide, true, DType::BF16, DType::BF16},
-                         Int4{"BM_dequant_int4/int4_g128_bf16_to_f32_4096x4096", kCols, false, DType::BF16, DType::F32},
-                         Int4{"BM_dequant_int4/int4_g128_f16_4096x4096", kCols, false, DType::F16, DType::F16}})
+    struct Int4 {
+      const char* name;
+      size_t cols;
+      bool zp;
+      DType nat, d;
+    };
+    for (const Int4 c :
+         {Int4{"BM_dequant_int4/int4_g128_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16},
+          Int4{"BM_dequant_int4/int4_g128_zp_bf16_4096x4096", kCols, true, DType::BF16, DType::BF16},
+          Int4{"BM_dequant_int4/int4_g128_bf16_4096x14336", kColsWide, false, DType::BF16, DType::BF16},
+          Int4{"BM_dequant_int4/int4_g128_zp_bf16_4096x14336", kColsWide, true, DType::BF16, DType::BF16},
+          Int4{"BM_dequant_int4/int4_g128_bf16_to_f32_4096x4096", kCols, false, DType::BF16, DType::F32},
+          Int4{"BM_dequant_int4/int4_g128_f16_4096x4096", kCols, false, DType::F16, DType::F16}})
       add(c.name, [c, isa](benchmark::State& st) { BM_dequant_int4(st, kRows, c.cols, c.zp, c.nat, c.d, isa); });
-    struct Byte { const char* name; size_t cols; ByteCode code; size_t group, block_rows; };
+    struct Byte {
+      const char* name;
+      size_t cols;
+      ByteCode code;
+      size_t group, block_rows;
+    };
     for (const Byte c : {Byte{"BM_dequant_byte/fp8_channel_bf16_4096x4096", kCols, ByteCode::e4m3, 0, 0},
                          Byte{"BM_dequant_byte/fp8_channel_bf16_4096x14336", kColsWide, ByteCode::e4m3, 0, 0},
                          Byte{"BM_dequant_byte/fp8_block128_bf16_4096x4096", kCols, ByteCode::e4m3, 128, 128},
                          Byte{"BM_dequant_byte/fp8_block128_bf16_4096x14336", kColsWide, ByteCode::e4m3, 128, 128},
                          Byte{"BM_dequant_byte/int8_channel_bf16_4096x4096", kCols, ByteCode::i8, 0, 0},
                          Byte{"BM_dequant_byte/int8_group128_bf16_4096x4096", kCols, ByteCode::i8, 128, 0}})
-      add(c.name, [c, isa](benchmark::State& st) { BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, isa); },
+      add(
+          c.name,
+          [c, isa](benchmark::State& st) { BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, isa); },
           isa != Isa::scalar);
     add("BM_bitmask_bf16/sparse50_4096x4096", [isa](benchmark::State& st) { BM_bitmask_bf16(st, isa); });
   }

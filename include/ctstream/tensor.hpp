@@ -15,18 +15,18 @@ using Shape = std::vector<uint64_t>;
 
 /// How a logical tensor is stored (compressed-tensors `CompressionFormat` names).
 enum class Format : uint8_t {
-  dense,               ///< stored as is, one safetensors entry
-  sparse_bitmask,      ///< values + LSB-first bitmask + shape + row_offsets (0.12 line)
-  sparse_24_bitmask,   ///< 2:4 structured sparsity, values + bitmask + shape (0.12 line)
-  pack_quantized,      ///< int1..8 packed into int32 + scales (+ packed zero points)
-  naive_quantized,     ///< int8 / fp8 values unpacked + scales
-  int_quantized,       ///< same layout as naive_quantized (int weights with activations)
-  float_quantized,     ///< same layout as naive_quantized (fp8 weights with activations)
-  nvfp4_pack_quantized,///< fp4 E2M1 nibbles + fp8 group-16 scales + fp32 global scale
-  mxfp4_pack_quantized,///< fp4 E2M1 nibbles + E8M0 (uint8) group-32 scales
-  mxfp6_pack_quantized,///< fp6 E2M3 codes (4 per 3 bytes) + E8M0 (uint8) group-32 scales
-  mxfp8_quantized,     ///< fp8 E4M3 values + E8M0 group-32 scales
-  marlin_24,           ///< Marlin 2:4 tiles: recognised and passed through packed only
+  dense,                 ///< stored as is, one safetensors entry
+  sparse_bitmask,        ///< values + LSB-first bitmask + shape + row_offsets (0.12 line)
+  sparse_24_bitmask,     ///< 2:4 structured sparsity, values + bitmask + shape (0.12 line)
+  pack_quantized,        ///< int1..8 packed into int32 + scales (+ packed zero points)
+  naive_quantized,       ///< int8 / fp8 values unpacked + scales
+  int_quantized,         ///< same layout as naive_quantized (int weights with activations)
+  float_quantized,       ///< same layout as naive_quantized (fp8 weights with activations)
+  nvfp4_pack_quantized,  ///< fp4 E2M1 nibbles + fp8 group-16 scales + fp32 global scale
+  mxfp4_pack_quantized,  ///< fp4 E2M1 nibbles + E8M0 (uint8) group-32 scales
+  mxfp6_pack_quantized,  ///< fp6 E2M3 codes (4 per 3 bytes) + E8M0 (uint8) group-32 scales
+  mxfp8_quantized,       ///< fp8 E4M3 values + E8M0 group-32 scales
+  marlin_24,             ///< Marlin 2:4 tiles: recognised and passed through packed only
 };
 /// compressed-tensors spelling ("pack-quantized", ...).
 std::string_view format_name(Format f) noexcept;
@@ -46,9 +46,9 @@ struct QuantArgs {
   QuantType type = QuantType::int_;
   QuantStrategy strategy = QuantStrategy::tensor;
   bool symmetric = true;
-  uint64_t group_size = 0;          ///< group / tensor_group strategies
+  uint64_t group_size = 0;                  ///< group / tensor_group strategies
   uint64_t block_rows = 0, block_cols = 0;  ///< block strategy
-  bool actorder = false;            ///< weight_g_idx present (0.12 line, group act-order)
+  bool actorder = false;                    ///< weight_g_idx present (0.12 line, group act-order)
   /// pack-quantized 3/5/6/7-bit codes use the compressed-tensors <= 0.17 layout (32/b codes per
   /// int32 word, high bits unused) instead of the dense 0.18+ layout.
   bool legacy_packing = false;
@@ -56,22 +56,22 @@ struct QuantArgs {
 
 /// One safetensors entry that is part of a logical tensor.
 struct TensorPart {
-  std::string role;      ///< local name: "weight", "weight_packed", "weight_scale", "bitmask", ...
-  std::string key;       ///< full key in the file
+  std::string role;  ///< local name: "weight", "weight_packed", "weight_scale", "bitmask", ...
+  std::string key;   ///< full key in the file
   DType dtype = DType::U8;
   Shape shape;
-  uint32_t file = 0;     ///< index into Checkpoint::files()
-  uint64_t offset = 0;   ///< absolute byte offset of the data in that file
+  uint32_t file = 0;    ///< index into Checkpoint::files()
+  uint64_t offset = 0;  ///< absolute byte offset of the data in that file
   uint64_t nbytes = 0;
 };
 
 /// Metadata of one logical tensor: cheap to copy around, holds no data.
 struct TensorInfo {
-  std::string name;      ///< logical name, e.g. "model.layers.0.mlp.down_proj.weight"
-  Shape shape;           ///< logical (decoded) shape
+  std::string name;          ///< logical name, e.g. "model.layers.0.mlp.down_proj.weight"
+  Shape shape;               ///< logical (decoded) shape
   DType dtype = DType::F32;  ///< dtype of the decoded tensor as the reference library returns it
   Format format = Format::dense;
-  bool quantized = false;    ///< `quant` is meaningful
+  bool quantized = false;  ///< `quant` is meaningful
   QuantArgs quant;
   std::vector<TensorPart> parts;  ///< stored entries, parts[0] is the main payload
 

@@ -73,8 +73,8 @@ struct CompressOptions {
   /// nullopt = the format's default: pack-quantized group, int/float-quantized channel,
   /// nvfp4 tensor_group.
   std::optional<QuantStrategy> strategy;
-  bool symmetric = true;                   ///< false: asymmetric (INT formats only)
-  uint64_t group_size = 128;               ///< group strategy (nvfp4 always 16)
+  bool symmetric = true;                        ///< false: asymmetric (INT formats only)
+  uint64_t group_size = 128;                    ///< group strategy (nvfp4 always 16)
   uint64_t block_rows = 128, block_cols = 128;  ///< block strategy
   /// int/float-quantized: also declare dynamic per-token (block: per-group-128) input activation
   /// quantization, as the INT8_W8A8 / FP8_DYNAMIC / FP8_BLOCK presets do. false = weight-only
@@ -119,17 +119,17 @@ struct CompressOptions {
 
 /// What happened to one input tensor.
 struct TensorReport {
-  std::string name;            ///< input (logical) name
-  Format format = Format::dense;  ///< dense = copied (or converted)
-  std::string scheme;          ///< "int4 group128 sym", "2:4", "" for dense
+  std::string name;                                           ///< input (logical) name
+  Format format = Format::dense;                              ///< dense = copied (or converted)
+  std::string scheme;                                         ///< "int4 group128 sym", "2:4", "" for dense
   DType input_dtype = DType::F32, output_dtype = DType::F32;  ///< output: what the library decodes to
   Shape shape;
   uint64_t input_bytes = 0, output_bytes = 0;  ///< stored bytes (all parts for the output)
-  bool exact = true;           ///< decodes to exactly the input values
-  double max_abs_error = 0;    ///< max |decoded - input| (0 when exact / not computed)
-  double snr_db = 0;           ///< 10 log10(sum x^2 / sum e^2); +inf when exact
+  bool exact = true;                           ///< decodes to exactly the input values
+  double max_abs_error = 0;                    ///< max |decoded - input| (0 when exact / not computed)
+  double snr_db = 0;                           ///< 10 log10(sum x^2 / sum e^2); +inf when exact
   double rms_error = 0;
-  uint64_t pruned = 0;         ///< sparse-24: groups of 4 in which non-zeros were dropped
+  uint64_t pruned = 0;  ///< sparse-24: groups of 4 in which non-zeros were dropped
 };
 
 struct CompressReport {
@@ -139,7 +139,9 @@ struct CompressReport {
   std::vector<std::string> files;               ///< files written, relative to out_dir
   std::vector<std::string> copied, skipped;     ///< other input files copied / left out
   double seconds = 0;
-  double ratio() const { return output_bytes ? static_cast<double>(input_bytes) / static_cast<double>(output_bytes) : 0.0; }
+  double ratio() const {
+    return output_bytes ? static_cast<double>(input_bytes) / static_cast<double>(output_bytes) : 0.0;
+  }
 };
 
 /// The writer's input, read one tensor at a time: a checkpoint on disk (compress_checkpoint) or
@@ -184,7 +186,7 @@ class BufferSource final : public TensorSource {
   /// tensor and pass (the writer reads each tensor once, twice for sparse-bitmask / nvfp4).
   using Fetch = std::function<std::span<const std::byte>(size_t i)>;
   struct Model {
-    std::string config_json;  ///< the model's config.json text ("" = none)
+    std::string config_json;                                         ///< the model's config.json text ("" = none)
     std::map<std::string, std::vector<std::string>> module_classes;  ///< see TensorSource
     std::map<std::string, std::string> extra_files;                  ///< see TensorSource
   };
@@ -197,7 +199,9 @@ class BufferSource final : public TensorSource {
   std::string origin(size_t) const override { return "memory"; }
   std::string config_json() const override { return model_.config_json; }
   std::string config_origin() const override { return "the model's config"; }
-  const std::map<std::string, std::vector<std::string>>& module_classes() const override { return model_.module_classes; }
+  const std::map<std::string, std::vector<std::string>>& module_classes() const override {
+    return model_.module_classes;
+  }
   std::map<std::string, std::string> extra_files() const override { return model_.extra_files; }
 
  private:
@@ -211,7 +215,8 @@ class BufferSource final : public TensorSource {
 /// Compresses the tensors of `source` into `out_dir` (same options, checks, atomic output and
 /// report as compress_checkpoint; nothing but the weights, config.json and the source's extra
 /// files is written).
-CompressReport compress(TensorSource& source, const std::filesystem::path& out_dir, const CompressOptions& options = {});
+CompressReport compress(TensorSource& source, const std::filesystem::path& out_dir,
+                        const CompressOptions& options = {});
 
 /// Compresses the checkpoint at `in` (a .safetensors file or a model directory) into `out_dir`.
 /// Throws ctstream::Error naming the file and tensor on any failure (unsupported dtype for the

@@ -99,9 +99,9 @@ std::optional<ctstream::Slice> to_slice(const ctstream_slice* s) {
 const ctstream::TensorInfo* tensor_at(const ctstream_checkpoint* c, size_t i) {
   auto ts = c->ck.tensors();
   if (i >= ts.size())
-    throw ctstream::Error(ctstream::ErrorKind::not_found, "", "",
-                          "tensor index " + std::to_string(i) + " out of range (" + std::to_string(ts.size()) +
-                              " tensors)");
+    throw ctstream::Error(
+        ctstream::ErrorKind::not_found, "", "",
+        "tensor index " + std::to_string(i) + " out of range (" + std::to_string(ts.size()) + " tensors)");
   return &ts[i];
 }
 
@@ -167,9 +167,8 @@ ctstream_status ctstream_open(const char* path, const ctstream_open_options* opt
     if (options) {
       if (options->struct_size != sizeof(ctstream_open_options))
         return fail(CTSTREAM_ERR_INVALID_ARGUMENT,
-                    "ctstream_open: options->struct_size is " + std::to_string(options->struct_size) +
-                        ", expected " + std::to_string(sizeof(ctstream_open_options)) +
-                        " (call ctstream_open_options_init first)");
+                    "ctstream_open: options->struct_size is " + std::to_string(options->struct_size) + ", expected " +
+                        std::to_string(sizeof(ctstream_open_options)) + " (call ctstream_open_options_init first)");
       if (options->io != CTSTREAM_IO_MMAP && options->io != CTSTREAM_IO_PREAD)
         return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_open: unknown io mode");
       if (options->order != CTSTREAM_ORDER_FILE && options->order != CTSTREAM_ORDER_NAME)
@@ -212,8 +211,8 @@ ctstream_status ctstream_part_at(const ctstream_checkpoint* ckpt, size_t tensor_
   return guarded([&] {
     const ctstream::TensorInfo& t = *tensor_at(ckpt, tensor_index);
     if (part >= t.parts.size())
-      return fail(CTSTREAM_ERR_NOT_FOUND, "tensor '" + t.name + "': part " + std::to_string(part) +
-                                              " out of range (" + std::to_string(t.parts.size()) + " parts)");
+      return fail(CTSTREAM_ERR_NOT_FOUND, "tensor '" + t.name + "': part " + std::to_string(part) + " out of range (" +
+                                              std::to_string(t.parts.size()) + " parts)");
     const ctstream::TensorPart& p = t.parts[part];
     out->role = p.role.c_str();
     out->key = p.key.c_str();
@@ -235,9 +234,8 @@ ctstream_status ctstream_decoded_size(const ctstream_checkpoint* ckpt, const cha
   });
 }
 
-ctstream_status ctstream_decode_into(const ctstream_checkpoint* ckpt, const char* name, void* out,
-                                     uint64_t out_size, ctstream_dtype dtype, const ctstream_slice* slice,
-                                     uint64_t* written) {
+ctstream_status ctstream_decode_into(const ctstream_checkpoint* ckpt, const char* name, void* out, uint64_t out_size,
+                                     ctstream_dtype dtype, const ctstream_slice* slice, uint64_t* written) {
   if (written) *written = 0;
   if (!ckpt || !name || (!out && out_size > 0))
     return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_decode_into: NULL argument");

@@ -26,12 +26,24 @@ void loop(const void* in, void* out, size_t n) noexcept {
 uint16_t bf16_to_f16_bits(uint16_t v) noexcept { return codecs::f32_to_f16(codecs::bf16_to_f32(v)); }
 uint16_t f16_to_bf16_bits(uint16_t v) noexcept { return codecs::f32_to_bf16(codecs::f16_to_f32(v)); }
 
-void f32_to_bf16(const void* in, void* out, size_t n) noexcept { loop<uint32_t, uint16_t, codecs::f32_to_bf16>(in, out, n); }
-void f32_to_f16(const void* in, void* out, size_t n) noexcept { loop<uint32_t, uint16_t, codecs::f32_to_f16>(in, out, n); }
-void bf16_to_f32(const void* in, void* out, size_t n) noexcept { loop<uint16_t, uint32_t, codecs::bf16_to_f32>(in, out, n); }
-void f16_to_f32(const void* in, void* out, size_t n) noexcept { loop<uint16_t, uint32_t, codecs::f16_to_f32>(in, out, n); }
-void bf16_to_f16(const void* in, void* out, size_t n) noexcept { loop<uint16_t, uint16_t, bf16_to_f16_bits>(in, out, n); }
-void f16_to_bf16(const void* in, void* out, size_t n) noexcept { loop<uint16_t, uint16_t, f16_to_bf16_bits>(in, out, n); }
+void f32_to_bf16(const void* in, void* out, size_t n) noexcept {
+  loop<uint32_t, uint16_t, codecs::f32_to_bf16>(in, out, n);
+}
+void f32_to_f16(const void* in, void* out, size_t n) noexcept {
+  loop<uint32_t, uint16_t, codecs::f32_to_f16>(in, out, n);
+}
+void bf16_to_f32(const void* in, void* out, size_t n) noexcept {
+  loop<uint16_t, uint32_t, codecs::bf16_to_f32>(in, out, n);
+}
+void f16_to_f32(const void* in, void* out, size_t n) noexcept {
+  loop<uint16_t, uint32_t, codecs::f16_to_f32>(in, out, n);
+}
+void bf16_to_f16(const void* in, void* out, size_t n) noexcept {
+  loop<uint16_t, uint16_t, bf16_to_f16_bits>(in, out, n);
+}
+void f16_to_bf16(const void* in, void* out, size_t n) noexcept {
+  loop<uint16_t, uint16_t, f16_to_bf16_bits>(in, out, n);
+}
 }  // namespace scalar
 
 void convert(DType src, const void* in, DType dst, void* out, size_t n, Isa isa) noexcept {
@@ -52,11 +64,21 @@ bool widen_to_f32(DType src, const void* in, uint64_t first, uint64_t n, float* 
         out[i] = static_cast<float>(d);
       }
       return true;
-    case DType::F8_E4M3: for (uint64_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(b[first + i]); return true;
-    case DType::F8_E5M2: for (uint64_t i = 0; i < n; ++i) out[i] = e5m2_to_f32(b[first + i]); return true;
-    case DType::F8_E4M3FNUZ: for (uint64_t i = 0; i < n; ++i) out[i] = e4m3fnuz_to_f32(b[first + i]); return true;
-    case DType::F8_E5M2FNUZ: for (uint64_t i = 0; i < n; ++i) out[i] = e5m2fnuz_to_f32(b[first + i]); return true;
-    case DType::F8_E8M0: for (uint64_t i = 0; i < n; ++i) out[i] = e8m0fnu_to_f32(b[first + i]); return true;
+    case DType::F8_E4M3:
+      for (uint64_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(b[first + i]);
+      return true;
+    case DType::F8_E5M2:
+      for (uint64_t i = 0; i < n; ++i) out[i] = e5m2_to_f32(b[first + i]);
+      return true;
+    case DType::F8_E4M3FNUZ:
+      for (uint64_t i = 0; i < n; ++i) out[i] = e4m3fnuz_to_f32(b[first + i]);
+      return true;
+    case DType::F8_E5M2FNUZ:
+      for (uint64_t i = 0; i < n; ++i) out[i] = e5m2fnuz_to_f32(b[first + i]);
+      return true;
+    case DType::F8_E8M0:
+      for (uint64_t i = 0; i < n; ++i) out[i] = e8m0fnu_to_f32(b[first + i]);
+      return true;
     case DType::F4:
       for (uint64_t i = 0; i < n; ++i) {
         const uint64_t k = first + i;

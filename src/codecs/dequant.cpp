@@ -7,9 +7,9 @@
 #include "codecs/convert.hpp"
 
 #include "codecs/half.hpp"
-#include "codecs/minifloat.hpp"
 #include "codecs/isa_kernels.hpp"
 #include "codecs/kernels.hpp"
+#include "codecs/minifloat.hpp"
 
 namespace ctstream::codecs {
 

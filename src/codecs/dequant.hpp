@@ -47,13 +47,13 @@ enum class ByteCode : uint8_t { i8, e4m3 };
 /// thread, where a kernel may keep per-group output tables between calls: worth it when rows
 /// repeat their scales (block strategy: 128 rows share each scale). Contents are keyed by
 /// everything a table depends on, so one buffer may serve any tensor; zero it before first use.
-using DequantByteFn = void (*)(const uint8_t* codes, size_t cols, ByteCode code, const float* scale,
-                               const float* zp, const DequantSpec& spec, void* memo, void* out);
+using DequantByteFn = void (*)(const uint8_t* codes, size_t cols, ByteCode code, const float* scale, const float* zp,
+                               const DequantSpec& spec, void* memo, void* out);
 DequantByteFn dequant_byte_kernel(Isa isa) noexcept;
 inline constexpr size_t kDequantByteMemoBytes = 256 * 576 + 64;
 
-/// Unpacks `cols` offset-binary (`words`: little-endian int32 words, any alignment) `bits`-wide codes (1..8) of one row of int32 words into f32
-/// values u - 2^(bits-1). dense = the 0.18+ layout (element i at stream bits [i*b, i*b+b),
+/// Unpacks `cols` offset-binary (`words`: little-endian int32 words, any alignment) `bits`-wide codes (1..8) of one row
+/// of int32 words into f32 values u - 2^(bits-1). dense = the 0.18+ layout (element i at stream bits [i*b, i*b+b),
 /// compressed_tensors/compressors/pack_quantized/helpers.py `unpack_from_int32`); otherwise the
 /// <= 0.17 layout (32/b elements per word at bits b*(i % (32/b)), rest of the word unused).
 /// `words` must hold detail::packed_words(cols, bits, dense) words (core/packing.hpp).

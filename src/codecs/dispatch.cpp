@@ -21,7 +21,8 @@ bool has_f16c() noexcept {
 }
 bool has_avx2() noexcept {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && has_f16c() && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("fma");
+  return __builtin_cpu_supports("avx2") && has_f16c() && __builtin_cpu_supports("bmi2") &&
+         __builtin_cpu_supports("fma");
 }
 // AVX-512 kernels use F, BW, VL, DQ (compiled with it), VBMI (byte permutes of the 8-bit dequant
 // tables) and VBMI2 (expand/compress on bytes and words): Ice Lake, Zen 4 and later.

@@ -22,7 +22,7 @@ inline uint16_t f32_to_f16(uint32_t x) noexcept {
   const uint32_t a = x & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
   if (a >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520 rounds to Inf
-  if (a >= 0x38800000u)                                                 // normal in f16
+  if (a >= 0x38800000u)                                                // normal in f16
     return static_cast<uint16_t>(sign | ((a - 0x38000000u + 0xFFFu + ((a >> 13) & 1u)) >> 13));
   const uint32_t e = a >> 23;
   if (e < 102) return static_cast<uint16_t>(sign);  // below half the smallest subnormal
@@ -41,7 +41,10 @@ inline uint32_t f16_to_f32(uint16_t h) noexcept {
   if (e == 0) {
     if (m == 0) return sign;
     e = 1;
-    while (!(m & 0x400u)) { m <<= 1; --e; }
+    while (!(m & 0x400u)) {
+      m <<= 1;
+      --e;
+    }
     m &= 0x3FFu;
   }
   return sign | ((e + 112u) << 23) | (m << 13);

@@ -5,11 +5,11 @@
 namespace ctstream::codecs {
 namespace {
 
-#define CTSTREAM_KERNEL_TABLE(ISA)                                                                          \
-  Kernels {                                                                                                 \
-    Isa::ISA, ISA::f32_to_bf16, ISA::f32_to_f16, ISA::bf16_to_f32, ISA::f16_to_f32, ISA::bf16_to_f16,         \
-        ISA::f16_to_bf16, ISA::bitmask_expand_1, ISA::bitmask_expand_2, ISA::bitmask_expand_4,                \
-        ISA::dequant_nibble, ISA::dequant_byte                                                              \
+#define CTSTREAM_KERNEL_TABLE(ISA)                                                                                  \
+  Kernels {                                                                                                         \
+    Isa::ISA, ISA::f32_to_bf16, ISA::f32_to_f16, ISA::bf16_to_f32, ISA::f16_to_f32, ISA::bf16_to_f16,               \
+        ISA::f16_to_bf16, ISA::bitmask_expand_1, ISA::bitmask_expand_2, ISA::bitmask_expand_4, ISA::dequant_nibble, \
+        ISA::dequant_byte                                                                                           \
   }
 constexpr Kernels kScalar = CTSTREAM_KERNEL_TABLE(scalar);
 #if defined(__x86_64__)
@@ -59,7 +59,9 @@ BitmaskExpandFn Kernels::bitmask_expand(unsigned elem_bytes) const noexcept {
 
 // The per-kernel accessors of convert.hpp / bitmask.hpp / dequant.hpp, for tests and benchmarks.
 ConvertFn convert_kernel(DType src, DType dst, Isa isa) noexcept { return kernels(isa).convert(src, dst); }
-BitmaskExpandFn bitmask_expand_kernel(unsigned elem_bytes, Isa isa) noexcept { return kernels(isa).bitmask_expand(elem_bytes); }
+BitmaskExpandFn bitmask_expand_kernel(unsigned elem_bytes, Isa isa) noexcept {
+  return kernels(isa).bitmask_expand(elem_bytes);
+}
 DequantNibbleFn dequant_nibble_kernel(Isa isa) noexcept { return kernels(isa).dequant_nibble; }
 DequantByteFn dequant_byte_kernel(Isa isa) noexcept { return kernels(isa).dequant_byte; }
 

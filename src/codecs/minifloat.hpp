@@ -16,7 +16,8 @@ inline float e4m3_to_f32(uint8_t v) noexcept {
   const uint32_t s = static_cast<uint32_t>(v & 0x80) << 24;
   const uint32_t e = (v >> 3) & 0xF, m = v & 0x7;
   if (e == 0xF && m == 0x7) return std::bit_cast<float>(s | 0x7FC00000u);
-  if (e == 0) return std::bit_cast<float>(s | std::bit_cast<uint32_t>(static_cast<float>(m) * 0.001953125f));  // m * 2^-9
+  if (e == 0)
+    return std::bit_cast<float>(s | std::bit_cast<uint32_t>(static_cast<float>(m) * 0.001953125f));  // m * 2^-9
   return std::bit_cast<float>(s | ((e + 120) << 23) | (m << 20));
 }
 
@@ -24,7 +25,8 @@ inline float e5m2_to_f32(uint8_t v) noexcept {
   const uint32_t s = static_cast<uint32_t>(v & 0x80) << 24;
   const uint32_t e = (v >> 2) & 0x1F, m = v & 0x3;
   if (e == 0x1F) return std::bit_cast<float>(s | 0x7F800000u | (m << 21) | (m ? 0x400000u : 0u));
-  if (e == 0) return std::bit_cast<float>(s | std::bit_cast<uint32_t>(static_cast<float>(m) * 1.52587890625e-05f));  // m * 2^-16
+  if (e == 0)
+    return std::bit_cast<float>(s | std::bit_cast<uint32_t>(static_cast<float>(m) * 1.52587890625e-05f));  // m * 2^-16
   return std::bit_cast<float>(s | ((e + 112) << 23) | (m << 21));
 }
 
@@ -38,7 +40,8 @@ inline float e2m1_to_f32(uint8_t v) noexcept {
 /// FP6 E2M3 code (low 6 bits) -> f32: index m < 8 -> m/8, else (1 + (m%8)/8) * 2^(m/8 - 1).
 inline float e2m3_to_f32(uint8_t v) noexcept {
   const uint32_t m = v & 0x1F;
-  const float mag = m < 8 ? static_cast<float>(m) / 8.f : (1.f + static_cast<float>(m % 8) / 8.f) * static_cast<float>(1u << (m / 8)) / 2.f;
+  const float mag = m < 8 ? static_cast<float>(m) / 8.f
+                          : (1.f + static_cast<float>(m % 8) / 8.f) * static_cast<float>(1u << (m / 8)) / 2.f;
   return (v & 0x20) ? -mag : mag;
 }
 
@@ -56,7 +59,8 @@ inline float e4m3fnuz_to_f32(uint8_t v) noexcept {
   if (v == 0x80) return std::bit_cast<float>(0x7FC00000u);
   const uint32_t s = static_cast<uint32_t>(v & 0x80) << 24;
   const uint32_t e = (v >> 3) & 0xF, m = v & 0x7;
-  if (e == 0) return std::bit_cast<float>(s | std::bit_cast<uint32_t>(static_cast<float>(m) * 0.0009765625f));  // m * 2^-10
+  if (e == 0)
+    return std::bit_cast<float>(s | std::bit_cast<uint32_t>(static_cast<float>(m) * 0.0009765625f));  // m * 2^-10
   return std::bit_cast<float>(s | ((e + 119) << 23) | (m << 20));
 }
 
@@ -65,7 +69,8 @@ inline float e5m2fnuz_to_f32(uint8_t v) noexcept {
   if (v == 0x80) return std::bit_cast<float>(0x7FC00000u);
   const uint32_t s = static_cast<uint32_t>(v & 0x80) << 24;
   const uint32_t e = (v >> 2) & 0x1F, m = v & 0x3;
-  if (e == 0) return std::bit_cast<float>(s | std::bit_cast<uint32_t>(static_cast<float>(m) * 7.62939453125e-06f));  // m * 2^-17
+  if (e == 0)
+    return std::bit_cast<float>(s | std::bit_cast<uint32_t>(static_cast<float>(m) * 7.62939453125e-06f));  // m * 2^-17
   return std::bit_cast<float>(s | ((e + 111) << 23) | (m << 21));
 }
 

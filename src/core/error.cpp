@@ -27,8 +27,7 @@ std::string_view error_kind_name(ErrorKind kind) noexcept {
   return "unknown";
 }
 
-static std::string compose(const std::string& file, const std::string& tensor,
-                           const std::string& message) {
+static std::string compose(const std::string& file, const std::string& tensor, const std::string& message) {
   std::string s;
   if (!file.empty()) s += file + ": ";
   if (!tensor.empty()) s += "tensor '" + tensor + "': ";

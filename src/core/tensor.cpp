@@ -40,7 +40,8 @@ std::optional<Format> format_from_name(std::string_view name) noexcept {
   const auto same = [name](std::string_view canonical) {
     if (name.size() != canonical.size()) return false;
     for (size_t i = 0; i < name.size(); ++i) {
-      const char c = name[i] == '_' || name[i] == ' ' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
+      const char c =
+          name[i] == '_' || name[i] == ' ' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
       if (c != canonical[i]) return false;
     }
     return true;
@@ -63,9 +64,7 @@ uint64_t TensorInfo::numel() const noexcept {
   return n;
 }
 
-uint64_t TensorInfo::decoded_bytes(DType out) const noexcept {
-  return (numel() * dtype_bits(out) + 7) / 8;
-}
+uint64_t TensorInfo::decoded_bytes(DType out) const noexcept { return (numel() * dtype_bits(out) + 7) / 8; }
 
 uint64_t TensorInfo::stored_bytes() const noexcept {
   uint64_t n = 0;

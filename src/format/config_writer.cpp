@@ -27,8 +27,9 @@ json weight_args(const QuantArgs& a, bool fp8_scale) {
             {"strategy", std::string(strategy_name(a.strategy))},
             {"symmetric", a.symmetric},
             {"type", a.type == QuantType::int_ ? "int" : "float"}};
-  w["group_size"] = (a.strategy == QuantStrategy::group || a.strategy == QuantStrategy::tensor_group) ? json(a.group_size)
-                                                                                                      : json(nullptr);
+  w["group_size"] = (a.strategy == QuantStrategy::group || a.strategy == QuantStrategy::tensor_group)
+                        ? json(a.group_size)
+                        : json(nullptr);
   if (a.strategy == QuantStrategy::block) w["block_structure"] = {a.block_rows, a.block_cols};
   if (fp8_scale) w["scale_dtype"] = "torch.float8_e4m3fn";
   return w;
@@ -57,28 +58,27 @@ std::string compression_config(const std::string& input_config, const std::strin
     json ia = nullptr;
     if (s.input_activations) {  // the INT8_W8A8 / FP8_DYNAMIC / FP8_BLOCK presets
       const bool block = s.weights.strategy == QuantStrategy::block;
-      ia = {{"dynamic", true},
-            {"group_size", block ? json(128) : json(nullptr)},
-            {"num_bits", 8},
-            {"strategy", block ? "group" : "token"},
-            {"symmetric", true},
-            {"type", s.weights.type == QuantType::int_ ? "int" : "float"}};
+      ia = {{"dynamic", true},   {"group_size", block ? json(128) : json(nullptr)},
+            {"num_bits", 8},     {"strategy", block ? "group" : "token"},
+            {"symmetric", true}, {"type", s.weights.type == QuantType::int_ ? "int" : "float"}};
     }
-    cfg["quantization_config"] = {
-        {"config_groups",
-         {{"group_0",
-           {{"format", f}, {"input_activations", ia}, {"output_activations", nullptr}, {"targets", targets},
-            {"weights", weight_args(s.weights, s.fp8_scale)}}}}},
-        {"format", f},
-        {"global_compression_ratio", nullptr},
-        {"ignore", s.ignore},
-        {"kv_cache_scheme", nullptr},
-        {"moe_sparsity_config", nullptr},
-        {"quant_method", "compressed-tensors"},
-        {"quantization_status", "compressed"},
-        {"sparsity_config", json::object()},
-        {"transform_config", json::object()},
-        {"version", kVersion020}};
+    cfg["quantization_config"] = {{"config_groups",
+                                   {{"group_0",
+                                     {{"format", f},
+                                      {"input_activations", ia},
+                                      {"output_activations", nullptr},
+                                      {"targets", targets},
+                                      {"weights", weight_args(s.weights, s.fp8_scale)}}}}},
+                                  {"format", f},
+                                  {"global_compression_ratio", nullptr},
+                                  {"ignore", s.ignore},
+                                  {"kv_cache_scheme", nullptr},
+                                  {"moe_sparsity_config", nullptr},
+                                  {"quant_method", "compressed-tensors"},
+                                  {"quantization_status", "compressed"},
+                                  {"sparsity_config", json::object()},
+                                  {"transform_config", json::object()},
+                                  {"version", kVersion020}};
   } else if (s.format == Format::sparse_bitmask || s.format == Format::sparse_24_bitmask) {
     cfg["quantization_config"] = {
         {"quant_method", "compressed-tensors"},

@@ -13,13 +13,13 @@ namespace ctstream::format {
 
 struct CompressionSection {
   Format format = Format::dense;
-  QuantArgs weights;                    ///< quantized formats
-  bool fp8_scale = false;               ///< nvfp4: scale_dtype torch.float8_e4m3fn
-  bool input_activations = false;       ///< int/float-quantized: dynamic activation quantization
-  std::vector<std::string> targets;     ///< as given (empty: ["Linear"])
-  std::vector<std::string> ignore;      ///< config ignore list
-  double global_sparsity = 0;           ///< sparse formats: zeros / parameters
-  std::optional<DType> dtype;           ///< recorded as torch_dtype when the model was converted
+  QuantArgs weights;                 ///< quantized formats
+  bool fp8_scale = false;            ///< nvfp4: scale_dtype torch.float8_e4m3fn
+  bool input_activations = false;    ///< int/float-quantized: dynamic activation quantization
+  std::vector<std::string> targets;  ///< as given (empty: ["Linear"])
+  std::vector<std::string> ignore;   ///< config ignore list
+  double global_sparsity = 0;        ///< sparse formats: zeros / parameters
+  std::optional<DType> dtype;        ///< recorded as torch_dtype when the model was converted
 };
 
 /// config.json text: `input_config` (the model's own config.json, may be empty) with its

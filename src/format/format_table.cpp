@@ -20,11 +20,11 @@ constexpr DTypeSet kE8M0 = dtypes({D::U8, D::F8_E8M0});
 // `pytorch_dtype`), or the scale's dtype as some older writers stored them.
 constexpr DTypeSet kZeroPoint = dtypes({D::I8, D::F8_E4M3, D::F16, D::BF16, D::F32});
 // Sparse values: anything the expand kernels move (1, 2 or 4 bytes per element).
-constexpr DTypeSet kSparseValues =
-    dtypes({D::BOOL, D::U8, D::I8, D::F8_E5M2, D::F8_E4M3, D::F8_E8M0, D::F8_E4M3FNUZ, D::F8_E5M2FNUZ, D::I16,
-            D::U16, D::F16, D::BF16, D::I32, D::U32, D::F32});
+constexpr DTypeSet kSparseValues = dtypes({D::BOOL, D::U8, D::I8, D::F8_E5M2, D::F8_E4M3, D::F8_E8M0, D::F8_E4M3FNUZ,
+                                           D::F8_E5M2FNUZ, D::I16, D::U16, D::F16, D::BF16, D::I32, D::U32, D::F32});
 
 // Each table lists the parts in the order the library writes them.
+// clang-format off
 constexpr PartRule kPack[] = {
     {R::weight_packed, true, dtypes({D::I32}), S::packed_rows},
     {R::weight_scale, true, kFloat, S::scale},
@@ -73,6 +73,7 @@ constexpr PartRule kMarlin24[] = {
     {R::meta, true, dtypes({D::I16}), S::marlin_meta},
     {R::weight_shape, false, kShapeInts, S::shape_vector},
 };
+// clang-format on
 
 uint64_t ceil_div(uint64_t a, uint64_t b) noexcept { return a / b + (a % b != 0); }
 
@@ -119,8 +120,7 @@ std::string dtype_list(DTypeSet s) {
   for (unsigned i = 0; i <= static_cast<unsigned>(DType::U64); ++i)
     if (contains(s, static_cast<DType>(i))) names.emplace_back(dtype_name(static_cast<DType>(i)));
   std::string r;
-  for (size_t i = 0; i < names.size(); ++i)
-    r += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  for (size_t i = 0; i < names.size(); ++i) r += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
   return r;
 }
 
@@ -168,7 +168,8 @@ std::optional<Geometry> geometry(Format f, const Shape& shape, const QuantArgs* 
   }
   g.rows = *rows;
   if (f == Format::dense) return g;
-  if (shape.size() < (f == Format::naive_quantized || f == Format::int_quantized || f == Format::float_quantized ? 1u : 2u) ||
+  if (shape.size() <
+          (f == Format::naive_quantized || f == Format::int_quantized || f == Format::float_quantized ? 1u : 2u) ||
       (two_d_only(f) && shape.size() != 2)) {
     why = std::string(format_name(f)) + " cannot hold a " + std::to_string(shape.size()) + "-d tensor (shape " +
           shape_str(shape) + ")";
@@ -280,8 +281,7 @@ std::optional<Shape> exact_shape(ShapeRule rule, DType dtype, const Geometry& g)
       return s;
     }
     case ShapeRule::zero_point:
-      if (dtype == DType::I32)
-        return Shape{detail::packed_words(g.rows, b, !g.quant.legacy_packing), g.scale.cols};
+      if (dtype == DType::I32) return Shape{detail::packed_words(g.rows, b, !g.quant.legacy_packing), g.scale.cols};
       return std::nullopt;
     case ShapeRule::cols_vector: return Shape{g.cols};
     case ShapeRule::rows_vector: return Shape{g.rows};
@@ -308,7 +308,8 @@ Why check_part(const PartRule& rule, DType dtype, const Shape& shape, const Geom
       return "a packed (I32) weight_zero_point needs a 2-D weight with group or channel scales";
   }
   if (auto want = exact_shape(rule.shape, dtype, g)) {
-    if (shape != *want) return role + " shape " + shape_str(shape) + " is not the " + shape_str(*want) + " the layout needs";
+    if (shape != *want)
+      return role + " shape " + shape_str(shape) + " is not the " + shape_str(*want) + " the layout needs";
     return {};
   }
   switch (rule.shape) {
@@ -356,8 +357,7 @@ std::vector<PlannedPart> plan_parts(const Geometry& g, DType values, uint64_t nn
       if (!a.symmetric) {
         if (a.strategy == QuantStrategy::group || a.strategy == QuantStrategy::channel)
           out.push_back({Role::weight_zero_point, DType::I32, *exact_shape(ShapeRule::zero_point, DType::I32, g)});
-        else
-          out.push_back({Role::weight_zero_point, DType::I8, scale_shape()});
+        else out.push_back({Role::weight_zero_point, DType::I8, scale_shape()});
       }
       break;
     case Format::int_quantized:

@@ -32,8 +32,8 @@ namespace ctstream::format {
 
 /// The local names of stored parts (the key is `<module>.<role>`).
 enum class Role : uint8_t {
-  weight,               ///< naive / int / float / mxfp8 values (I8, F8_E4M3)
-  weight_packed,        ///< pack-quantized I32 words; fp4 / fp6 bytes; marlin-24 tiles
+  weight,         ///< naive / int / float / mxfp8 values (I8, F8_E4M3)
+  weight_packed,  ///< pack-quantized I32 words; fp4 / fp6 bytes; marlin-24 tiles
   weight_scale,
   weight_zero_point,
   weight_global_scale,  ///< nvfp4 (a divisor of the scale)
@@ -46,10 +46,10 @@ enum class Role : uint8_t {
   scale_packed,         ///< marlin-24 scales
   meta,                 ///< marlin-24 2:4 metadata
 };
-inline constexpr Role kAllRoles[] = {Role::weight,       Role::weight_packed, Role::weight_scale, Role::weight_zero_point,
-                                     Role::weight_global_scale, Role::weight_g_idx, Role::weight_shape,
-                                     Role::compressed,   Role::bitmask,       Role::shape,        Role::row_offsets,
-                                     Role::scale_packed, Role::meta};
+inline constexpr Role kAllRoles[] = {
+    Role::weight,       Role::weight_packed, Role::weight_scale, Role::weight_zero_point, Role::weight_global_scale,
+    Role::weight_g_idx, Role::weight_shape,  Role::compressed,   Role::bitmask,           Role::shape,
+    Role::row_offsets,  Role::scale_packed,  Role::meta};
 std::string_view role_name(Role r) noexcept;
 std::optional<Role> role_from_name(std::string_view name) noexcept;
 
@@ -66,21 +66,21 @@ std::string dtype_list(DTypeSet s);
 
 /// How a part's shape follows from the tensor's geometry.
 enum class ShapeRule : uint8_t {
-  logical,          ///< exactly the logical shape
-  packed_rows,      ///< the logical shape with the last dim replaced by Geometry::row_units
-  scale,            ///< Geometry::scale.entries() elements; with >= 2 dims, the last is scale.cols
-  zero_point,       ///< I32: packed along rows, [packed_words(rows), scale.cols] (2-D weights,
-                    ///< group / channel); any other dtype: as `scale`
-  scalar,           ///< one element
-  shape_vector,     ///< ndim integers ([ndim], or [ndim, 1] as sparse-24 writes it)
-  cols_vector,      ///< [cols]
-  rows_vector,      ///< [rows]
-  bitmask,          ///< [rows, ceil(cols / 8)]
-  sparse_values,    ///< 1-D, at most rows * cols values (the exact count is the mask's popcount)
-  half_cols,        ///< [rows, cols / 2] (2:4 values)
-  marlin_packed,    ///< [cols / 32, rows * bits / 2] (Marlin 16x16 tiles, 32/bits codes per word)
-  marlin_scale,     ///< [scale.cols, rows]
-  marlin_meta,      ///< [cols / 32, 2 * rows]
+  logical,        ///< exactly the logical shape
+  packed_rows,    ///< the logical shape with the last dim replaced by Geometry::row_units
+  scale,          ///< Geometry::scale.entries() elements; with >= 2 dims, the last is scale.cols
+  zero_point,     ///< I32: packed along rows, [packed_words(rows), scale.cols] (2-D weights,
+                  ///< group / channel); any other dtype: as `scale`
+  scalar,         ///< one element
+  shape_vector,   ///< ndim integers ([ndim], or [ndim, 1] as sparse-24 writes it)
+  cols_vector,    ///< [cols]
+  rows_vector,    ///< [rows]
+  bitmask,        ///< [rows, ceil(cols / 8)]
+  sparse_values,  ///< 1-D, at most rows * cols values (the exact count is the mask's popcount)
+  half_cols,      ///< [rows, cols / 2] (2:4 values)
+  marlin_packed,  ///< [cols / 32, rows * bits / 2] (Marlin 16x16 tiles, 32/bits codes per word)
+  marlin_scale,   ///< [scale.cols, rows]
+  marlin_meta,    ///< [cols / 32, 2 * rows]
 };
 
 /// One row of a format's table. Rows are listed in the order the library writes the parts.
@@ -104,15 +104,15 @@ struct ScaleGeometry {
 /// quantization arguments. Every product here was overflow-checked when it was built.
 struct Geometry {
   Format format = Format::dense;
-  Shape shape;            ///< logical shape
-  QuantArgs quant;        ///< quantization arguments (quantized formats; fixed ones filled in)
-  uint64_t rows = 1;      ///< product of all dims but the last (1 for a 1-D or 0-d tensor)
-  uint64_t cols = 1;      ///< last dim (1 for a 0-d tensor)
+  Shape shape;        ///< logical shape
+  QuantArgs quant;    ///< quantization arguments (quantized formats; fixed ones filled in)
+  uint64_t rows = 1;  ///< product of all dims but the last (1 for a 1-D or 0-d tensor)
+  uint64_t cols = 1;  ///< last dim (1 for a 0-d tensor)
   uint64_t numel = 1;
   bool quantized = false;
-  ScaleGeometry scale;    ///< quantized formats
-  uint64_t row_units = 0; ///< packed formats: last dim of the main part (words or bytes per row)
-  uint64_t row_bytes = 0; ///< packed formats: bytes of one row of the main part
+  ScaleGeometry scale;     ///< quantized formats
+  uint64_t row_units = 0;  ///< packed formats: last dim of the main part (words or bytes per row)
+  uint64_t row_bytes = 0;  ///< packed formats: bytes of one row of the main part
 };
 
 /// A reason a layout is refused; empty = fine.

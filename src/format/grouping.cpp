@@ -65,8 +65,9 @@ Shape Grouper::read_shape(const RawTensor& r, const std::string& logical) const 
   const uint64_t n = detail::checked_numel(r.shape).value_or(0);
   const bool vec = r.shape.size() == 1 || (r.shape.size() == 2 && r.shape[1] == 1);
   if ((r.dtype != DType::I64 && r.dtype != DType::I32) || !vec || n < 1 || n > 8)
-    fail(r, logical, "shape part '" + r.key + "' must be a vector of 1..8 integers (I64/I32), got " +
-                         std::string(dtype_name(r.dtype)) + " " + shape_str(r.shape));
+    fail(r, logical,
+         "shape part '" + r.key + "' must be a vector of 1..8 integers (I64/I32), got " +
+             std::string(dtype_name(r.dtype)) + " " + shape_str(r.shape));
   const auto bytes = read_(r);
   const size_t esz = r.dtype == DType::I64 ? 8 : 4;
   if (bytes.size() < n * esz) fail(r, logical, "shape part '" + r.key + "' is shorter than its header says");
@@ -94,7 +95,8 @@ QuantArgs Grouper::args_for(const std::string& module, const std::string& logica
   if (s_.present && !s_.groups.empty() && (!g || !g->weights))
     fail(main, logical,
          "stored quantized, but " + (cfg_file_.empty() ? std::string("config.json") : cfg_file_) +
-             (g ? " gives its config group no weight quantization" : " has no config group targeting this module (or ignores it)"));
+             (g ? " gives its config group no weight quantization"
+                : " has no config group targeting this module (or ignores it)"));
   if (g && g->format) *fmt = *g->format;
   else if (s_.global_format && *s_.global_format != Format::dense && *s_.global_format != Format::sparse_bitmask &&
            *s_.global_format != Format::sparse_24_bitmask)
@@ -116,7 +118,10 @@ void Grouper::infer_strategy(QuantArgs& q, const Shape& logical, const RawTensor
   else if (sc.shape.size() >= 2 && sc.shape.back() == 1) q.strategy = QuantStrategy::channel;
   else if (sc.shape.size() >= 2 && sc.shape.back() > 0 && C > 0 && C % sc.shape.back() == 0)
     q.strategy = QuantStrategy::group, q.group_size = C / sc.shape.back();
-  else fail(sc, name, "no config group describes this weight and its scale shape " + shape_str(sc.shape) + " does not tell the strategy");
+  else
+    fail(sc, name,
+         "no config group describes this weight and its scale shape " + shape_str(sc.shape) +
+             " does not tell the strategy");
 }
 
 // Which format a module's parts are stored in (before the config has its say), or nullopt for
@@ -128,7 +133,8 @@ std::optional<Format> Grouper::classify(const std::string& p, const Module& m) c
   // bunch of dense tensors to pass through.
   if ((values || mask || m.get(Role::row_offsets)) && !(values && mask)) {
     const RawTensor& r = *(values ? values : mask ? mask : m.get(Role::row_offsets));
-    fail(r, p + ".weight", std::string("incomplete sparse tensor: '") + p + (values ? ".bitmask" : ".compressed") + "' is missing");
+    fail(r, p + ".weight",
+         std::string("incomplete sparse tensor: '") + p + (values ? ".bitmask" : ".compressed") + "' is missing");
   }
   const RawTensor* packed = m.get(Role::weight_packed);
   if (const RawTensor* ws = m.get(Role::weight_shape); ws && !packed)
@@ -136,10 +142,11 @@ std::optional<Format> Grouper::classify(const std::string& p, const Module& m) c
   if (values && mask) {
     const RawTensor* shape = m.get(Role::shape);
     // 2:4 writes `shape` as [2, 1] and values as [R, C/2]; bitmask writes [2] and [nnz].
-    if (s_.sparse_format && (*s_.sparse_format == Format::sparse_bitmask || *s_.sparse_format == Format::sparse_24_bitmask))
+    if (s_.sparse_format &&
+        (*s_.sparse_format == Format::sparse_bitmask || *s_.sparse_format == Format::sparse_24_bitmask))
       return *s_.sparse_format;
     return values->shape.size() == 2 || (shape && shape->shape.size() == 2) ? Format::sparse_24_bitmask
-                                                                              : Format::sparse_bitmask;
+                                                                            : Format::sparse_bitmask;
   }
   if (packed) {
     if (m.get(Role::scale_packed) && m.get(Role::meta)) return Format::marlin_24;
@@ -164,7 +171,9 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
   TensorInfo t;
   t.name = p + ".weight";
   const bool sparse = fmt == Format::sparse_bitmask || fmt == Format::sparse_24_bitmask;
-  const RawTensor& main = *(sparse ? m.get(Role::compressed) : m.get(Role::weight_packed) ? m.get(Role::weight_packed) : m.get(Role::weight));
+  const RawTensor& main = *(sparse                       ? m.get(Role::compressed)
+                            : m.get(Role::weight_packed) ? m.get(Role::weight_packed)
+                                                         : m.get(Role::weight));
   const RawTensor* scale = m.get(Role::weight_scale);
 
   // 1. Quantization arguments (and the final format: the config's group format wins).
@@ -178,10 +187,13 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
 
   // 2. The logical shape, from the parts that define it.
   auto packed_shape = [&](uint64_t num, uint64_t den) {
-    if (main.shape.size() != 2) fail(main, t.name, std::string(format_name(fmt)) + " weight_packed must be 2-D, shape is " + shape_str(main.shape));
+    if (main.shape.size() != 2)
+      fail(main, t.name,
+           std::string(format_name(fmt)) + " weight_packed must be 2-D, shape is " + shape_str(main.shape));
     if (main.shape[1] % den != 0)
-      fail(main, t.name, std::string(format_name(fmt)) + " weight_packed width " + std::to_string(main.shape[1]) +
-                             " is not a multiple of " + std::to_string(den));
+      fail(main, t.name,
+           std::string(format_name(fmt)) + " weight_packed width " + std::to_string(main.shape[1]) +
+               " is not a multiple of " + std::to_string(den));
     return Shape{main.shape[0], main.shape[1] / den * num};
   };
   switch (fmt) {
@@ -203,14 +215,16 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
       // present, must agree.
       const unsigned b = t.quant.num_bits;
       if (main.shape.size() != 2 || (b != 4 && b != 8) || (main.shape[1] * 2) % b != 0)
-        fail(main, t.name, "marlin-24 weight_packed " + shape_str(main.shape) + " does not hold " + std::to_string(b) +
-                               "-bit Marlin tiles");
+        fail(main, t.name,
+             "marlin-24 weight_packed " + shape_str(main.shape) + " does not hold " + std::to_string(b) +
+                 "-bit Marlin tiles");
       t.shape = Shape{main.shape[1] * 2 / b, main.shape[0] * 32};
       if (const RawTensor* ws = m.get(Role::weight_shape)) {
         const Shape stated = read_shape(*ws, t.name);
         if (stated != t.shape)
-          fail(*ws, t.name, "weight_shape " + shape_str(stated) + " disagrees with the " + shape_str(t.shape) +
-                                " that weight_packed " + shape_str(main.shape) + " holds");
+          fail(*ws, t.name,
+               "weight_shape " + shape_str(stated) + " disagrees with the " + shape_str(t.shape) +
+                   " that weight_packed " + shape_str(main.shape) + " holds");
       }
       break;
     }
@@ -230,8 +244,8 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
       if (!scale) fail(main, t.name, "quantized weight has no weight_scale part and no config group describes it");
       infer_strategy(t.quant, t.shape, *scale, t.name);
     }
-    if (fmt == Format::pack_quantized && t.quant.type == QuantType::int_ && t.quant.num_bits >= 1 && t.quant.num_bits <= 8 &&
-        !t.shape.empty()) {
+    if (fmt == Format::pack_quantized && t.quant.type == QuantType::int_ && t.quant.num_bits >= 1 &&
+        t.quant.num_bits <= 8 && !t.shape.empty()) {
       const unsigned b = t.quant.num_bits;
       const uint64_t C = t.shape.back();
       const uint64_t W = main.shape.empty() ? 0 : main.shape.back();
@@ -256,16 +270,19 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
   for (const PartRule& rule : part_rules(fmt)) {
     const RawTensor* r = m.get(rule.role);
     if (!r) {
-      if (rule.required) fail(main, t.name, std::string(format_name(fmt)) + " tensor has no '" + std::string(role_name(rule.role)) + "' part");
+      if (rule.required)
+        fail(main, t.name,
+             std::string(format_name(fmt)) + " tensor has no '" + std::string(role_name(rule.role)) + "' part");
       continue;
     }
     if (Why w = check_part(rule, r->dtype, r->shape, *g); !w.empty()) {
       if (rule.role == Role::weight_packed && fmt == Format::pack_quantized)
-        w += " (" + std::to_string(t.shape.back()) + " columns of " + std::to_string(t.quant.num_bits) + "-bit codes, " +
-             (t.quant.legacy_packing ? "<= 0.17" : "0.18+") + " layout)";
+        w += " (" + std::to_string(t.shape.back()) + " columns of " + std::to_string(t.quant.num_bits) +
+             "-bit codes, " + (t.quant.legacy_packing ? "<= 0.17" : "0.18+") + " layout)";
       fail(*r, t.name, w);
     }
-    t.parts.push_back(TensorPart{std::string(role_name(rule.role)), r->key, r->dtype, r->shape, r->file, r->offset, r->nbytes});
+    t.parts.push_back(
+        TensorPart{std::string(role_name(rule.role)), r->key, r->dtype, r->shape, r->file, r->offset, r->nbytes});
     used.insert(r);
   }
   // parts[0] is the main payload.
@@ -273,7 +290,8 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
 
   // 5. Rules across parts, and the dtype the reference decompression returns.
   if (sparse && t.quantized && main.dtype != DType::I8 && main.dtype != DType::F8_E4M3)
-    fail(main, t.name, "sparse values of a quantized weight must be I8 or F8_E4M3, not " + std::string(dtype_name(main.dtype)));
+    fail(main, t.name,
+         "sparse values of a quantized weight must be I8 or F8_E4M3, not " + std::string(dtype_name(main.dtype)));
   if (fmt == Format::pack_quantized) t.quant.actorder = m.get(Role::weight_g_idx) != nullptr;
   switch (fmt) {
     case Format::sparse_bitmask:
@@ -295,7 +313,8 @@ std::vector<TensorInfo> Grouper::run() {
   for (const auto& r : raw_) {
     for (Role role : kAllRoles) {
       const std::string_view suffix = role_name(role);
-      if (r.key.size() > suffix.size() + 1 && ends_with(r.key, suffix) && r.key[r.key.size() - suffix.size() - 1] == '.')
+      if (r.key.size() > suffix.size() + 1 && ends_with(r.key, suffix) &&
+          r.key[r.key.size() - suffix.size() - 1] == '.')
         mods[r.key.substr(0, r.key.size() - suffix.size() - 1)].parts[role] = &r;
     }
   }

@@ -51,7 +51,8 @@ bool json_depth_ok(std::string_view text, size_t max_depth) {
   return json::sax_parse(text.begin(), text.end(), &c, nlohmann::detail::input_format_t::json, true) && !c.too_deep;
 }
 
-json parse_json(std::string_view text, ErrorKind kind, const std::string& file, const std::string& what, size_t max_depth) {
+json parse_json(std::string_view text, ErrorKind kind, const std::string& file, const std::string& what,
+                size_t max_depth) {
   DepthCheck c(max_depth);
   const bool ok = json::sax_parse(text.begin(), text.end(), &c, nlohmann::detail::input_format_t::json, true);
   if (c.too_deep)

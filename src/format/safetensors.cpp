@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <tuple>
 #include <unordered_map>
-#include <nlohmann/json.hpp>
 
 #include "core/checked.hpp"
 #include "ctstream/error.hpp"
@@ -17,23 +17,22 @@ namespace {
   throw Error(k, file, tensor, msg);
 }
 
-
 }  // namespace
 
 uint64_t parse_prefix(std::span<const std::byte> prefix, uint64_t file_size, uint64_t max_header,
                       const std::string& file) {
   if (file_size < 8 || prefix.size() < 8)
-    fail(ErrorKind::truncated, file, "", "file is " + std::to_string(file_size) +
-                                             " bytes, too short for the 8-byte safetensors header length");
+    fail(ErrorKind::truncated, file, "",
+         "file is " + std::to_string(file_size) + " bytes, too short for the 8-byte safetensors header length");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(prefix[static_cast<size_t>(i)]);
   if (n > max_header)
     fail(ErrorKind::header_too_large, file, "",
          "header length " + std::to_string(n) + " exceeds the limit of " + std::to_string(max_header) + " bytes");
   if (n > file_size - 8)
-    fail(ErrorKind::header_too_large, file, "",
-         "header length " + std::to_string(n) + " runs past the end of the " + std::to_string(file_size) +
-             "-byte file");
+    fail(
+        ErrorKind::header_too_large, file, "",
+        "header length " + std::to_string(n) + " runs past the end of the " + std::to_string(file_size) + "-byte file");
   return n;
 }
 
@@ -92,8 +91,14 @@ class HeaderSax final : public nlohmann::json_sax<nlohmann::json> {
       case F::root: key_ = k; break;
       case F::metadata: meta_key_ = k; break;
       case F::entry_obj: {
-        field_ = k == "dtype" ? Slot::dtype : k == "shape" ? Slot::shape : k == "data_offsets" ? Slot::offsets : Slot::other;
-        bool* seen = field_ == Slot::dtype ? &has_dtype_ : field_ == Slot::shape ? &has_shape_ : field_ == Slot::offsets ? &has_offsets_ : nullptr;
+        field_ = k == "dtype"          ? Slot::dtype
+                 : k == "shape"        ? Slot::shape
+                 : k == "data_offsets" ? Slot::offsets
+                                       : Slot::other;
+        bool* seen = field_ == Slot::dtype     ? &has_dtype_
+                     : field_ == Slot::shape   ? &has_shape_
+                     : field_ == Slot::offsets ? &has_offsets_
+                                               : nullptr;
         if (seen && *seen) fail(ErrorKind::invalid_header, file_, key_, "field '" + k + "' given twice");
         break;
       }
@@ -119,7 +124,8 @@ class HeaderSax final : public nlohmann::json_sax<nlohmann::json> {
   // The entry field the next value fills (objects: by key; arrays: by position).
   Slot slot() const {
     if (top() == F::entry_obj) return field_;
-    if (top() == F::entry_arr) return pos_ == 0 ? Slot::dtype : pos_ == 1 ? Slot::shape : pos_ == 2 ? Slot::offsets : Slot::none;
+    if (top() == F::entry_arr)
+      return pos_ == 0 ? Slot::dtype : pos_ == 1 ? Slot::shape : pos_ == 2 ? Slot::offsets : Slot::none;
     return Slot::none;
   }
   void advance() {  // a value of an entry array is complete: the next one fills the next slot
@@ -200,8 +206,8 @@ class HeaderSax final : public nlohmann::json_sax<nlohmann::json> {
     st_.pop_back();
     if (f == F::entry_obj || f == F::entry_arr) {
       if (f == F::entry_arr && pos_ != 3)
-        fail(ErrorKind::invalid_header, file_, key_, "entry array must be [dtype, shape, data_offsets], it has " +
-                                                         std::to_string(pos_) + " elements");
+        fail(ErrorKind::invalid_header, file_, key_,
+             "entry array must be [dtype, shape, data_offsets], it has " + std::to_string(pos_) + " elements");
       finish_entry();
     } else if (f == F::dtype_map) {
       if (map_keys_ != 1) fail(ErrorKind::invalid_header, file_, key_, "dtype map must have exactly one key");
@@ -233,14 +239,17 @@ class HeaderSax final : public nlohmann::json_sax<nlohmann::json> {
       case F::shape:
       case F::offsets:
         fail(ErrorKind::invalid_header, file_, key_,
-             std::string(top() == F::shape ? "shape" : "data_offsets") + " must hold non-negative integers, got " + what);
+             std::string(top() == F::shape ? "shape" : "data_offsets") + " must hold non-negative integers, got " +
+                 what);
       case F::entry_obj:
       case F::entry_arr:
         switch (slot()) {
-          case Slot::dtype: fail(ErrorKind::invalid_header, file_, key_, std::string("dtype is ") + what + ", not a string");
+          case Slot::dtype:
+            fail(ErrorKind::invalid_header, file_, key_, std::string("dtype is ") + what + ", not a string");
           case Slot::shape: fail(ErrorKind::invalid_header, file_, key_, "shape is not an array");
           case Slot::offsets: fail(ErrorKind::invalid_header, file_, key_, "data_offsets is not a [begin, end] pair");
-          case Slot::none: fail(ErrorKind::invalid_header, file_, key_, "entry array must be [dtype, shape, data_offsets]");
+          case Slot::none:
+            fail(ErrorKind::invalid_header, file_, key_, "entry array must be [dtype, shape, data_offsets]");
           case Slot::other: return true;  // an unknown field, ignored
         }
         return true;

@@ -22,10 +22,10 @@ struct StEntry {
 };
 
 struct StHeader {
-  uint64_t data_start = 0;               ///< 8 + header length
-  std::vector<StEntry> entries;          ///< sorted by begin (= file order)
+  uint64_t data_start = 0;       ///< 8 + header length
+  std::vector<StEntry> entries;  ///< sorted by begin (= file order)
   std::map<std::string, std::string> metadata;
-  bool has_metadata = false;             ///< `__metadata__` present and not null (even if {})
+  bool has_metadata = false;  ///< `__metadata__` present and not null (even if {})
 };
 
 /// Reads the 8-byte prefix and checks the header length against `file_size` and `max_header`.
@@ -41,7 +41,6 @@ StHeader parse_header(std::string_view json, uint64_t header_len, uint64_t file_
 
 /// Serialises a header for writing: entries in the given order with offsets as given,
 /// padded with spaces so the data starts 8-byte aligned (as safetensors writes it).
-std::string serialize_header(const std::vector<StEntry>& entries,
-                             const std::map<std::string, std::string>& metadata);
+std::string serialize_header(const std::vector<StEntry>& entries, const std::map<std::string, std::string>& metadata);
 
 }  // namespace ctstream::format

@@ -22,7 +22,8 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path out, std::vector<Entr
       auto numel = detail::checked_numel(e.shape);
       auto bits = numel ? detail::checked_mul(*numel, dtype_bits(e.dtype)) : std::nullopt;
       if (!bits || *bits % 8 || !detail::checked_add(off, *bits / 8))
-        throw Error(ErrorKind::overflow, out_.string(), e.name, "tensor size is not a whole number of bytes or overflows");
+        throw Error(ErrorKind::overflow, out_.string(), e.name,
+                    "tensor size is not a whole number of bytes or overflows");
       st.push_back({std::move(e.name), e.dtype, std::move(e.shape), off, off + *bits / 8});
       sizes_.push_back(*bits / 8);
       off += *bits / 8;

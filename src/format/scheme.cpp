@@ -77,14 +77,17 @@ QuantArgs parse_args(const json& j, const std::string& file) {
   if (auto it = j.find("group_size"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer()) bad(file, "group_size must be an integer, got " + it->dump());
     const bool ok = it->is_number_unsigned() ? it->get<uint64_t>() <= kMaxQuantDim : it->get<int64_t>() >= -1;
-    if (!ok) bad(file, "group_size " + it->dump() + " out of range (-1 for channel, or 0.." + std::to_string(kMaxQuantDim) + ")");
+    if (!ok)
+      bad(file,
+          "group_size " + it->dump() + " out of range (-1 for channel, or 0.." + std::to_string(kMaxQuantDim) + ")");
     gs = it->get<int64_t>();
   }
   if (auto it = j.find("block_structure"); it != j.end() && !it->is_null()) {
     if (it->is_array() && it->size() == 2) {
       for (const json& v : *it)
         if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 || v.get<uint64_t>() > kMaxQuantDim)
-          bad(file, "block_structure " + it->dump() + " must be two positive integers up to " + std::to_string(kMaxQuantDim));
+          bad(file,
+              "block_structure " + it->dump() + " must be two positive integers up to " + std::to_string(kMaxQuantDim));
       a.block_rows = (*it)[0].get<uint64_t>();
       a.block_cols = (*it)[1].get<uint64_t>();
     } else if (it->is_string()) {  // older "NxM" spelling
@@ -101,10 +104,13 @@ QuantArgs parse_args(const json& j, const std::string& file) {
   if (!strat_j.is_null() && !strat_j.is_string()) bad(file, "strategy must be a string, got " + strat_j.dump());
   std::string strategy = strat_j.is_string() ? strat_j.get<std::string>() : "";
   if (strategy.empty()) strategy = a.block_rows ? "block" : gs > 0 ? "group" : gs == -1 ? "channel" : "tensor";
-  static const std::pair<const char*, QuantStrategy> names[] = {
-      {"tensor", QuantStrategy::tensor}, {"channel", QuantStrategy::channel}, {"group", QuantStrategy::group},
-      {"block", QuantStrategy::block},   {"tensor_group", QuantStrategy::tensor_group},
-      {"token", QuantStrategy::token},   {"attn_head", QuantStrategy::attn_head}};
+  static const std::pair<const char*, QuantStrategy> names[] = {{"tensor", QuantStrategy::tensor},
+                                                                {"channel", QuantStrategy::channel},
+                                                                {"group", QuantStrategy::group},
+                                                                {"block", QuantStrategy::block},
+                                                                {"tensor_group", QuantStrategy::tensor_group},
+                                                                {"token", QuantStrategy::token},
+                                                                {"attn_head", QuantStrategy::attn_head}};
   bool known = false;
   for (const auto& [n, st] : names)
     if (strategy == n) a.strategy = st, known = true;
@@ -173,7 +179,8 @@ Scheme parse_scheme_json(const json& root, const std::string& file) {
         if (auto f = g.value().find("format"); f != g.value().end() && !f->is_null()) {
           if (!f->is_string()) bad(file, "config group '" + g.key() + "' format must be a string, got " + f->dump());
           sg.format = format_from_name(f->get<std::string>());
-          if (!sg.format) bad(file, "config group '" + g.key() + "' has unknown format '" + f->get<std::string>() + "'");
+          if (!sg.format)
+            bad(file, "config group '" + g.key() + "' has unknown format '" + f->get<std::string>() + "'");
         }
         s.groups.push_back(std::move(sg));
       }

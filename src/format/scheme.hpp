@@ -18,23 +18,23 @@ struct SchemeGroup {
   std::vector<std::string> targets;  ///< as written (matched through Scheme::group_targets)
   std::optional<QuantArgs> weights;
   bool has_input_activations = false;
-  std::optional<Format> format;      ///< per-group format, if written
-  bool scale_is_e8m0 = false;        ///< weights.scale_dtype == torch.uint8 (MX formats)
+  std::optional<Format> format;  ///< per-group format, if written
+  bool scale_is_e8m0 = false;    ///< weights.scale_dtype == torch.uint8 (MX formats)
 };
 
 struct Scheme {
-  bool present = false;              ///< a compressed-tensors config was found
-  std::string version;               ///< compressed-tensors version that wrote the file ("" unknown)
+  bool present = false;  ///< a compressed-tensors config was found
+  std::string version;   ///< compressed-tensors version that wrote the file ("" unknown)
   /// pack-quantized layout of widths other than 1/2/4/8: dense since 0.18.0 (helpers.py
   /// `pack_to_int32` "packs across int32 boundaries"), one word per 32/b codes before.
   /// nullopt when the version is unknown.
   std::optional<bool> dense_packing;
   std::optional<Format> global_format;  ///< top-level `format` unless "mixed-precision"/absent
   std::vector<SchemeGroup> groups;
-  TargetList group_targets;              ///< every group's targets, in group order
-  std::vector<size_t> target_group;      ///< group_targets entry -> index into groups
+  TargetList group_targets;          ///< every group's targets, in group order
+  std::vector<size_t> target_group;  ///< group_targets entry -> index into groups
   TargetList ignore;
-  std::optional<Format> sparse_format;   ///< sparse-bitmask / sparse-24-bitmask / dense
+  std::optional<Format> sparse_format;  ///< sparse-bitmask / sparse-24-bitmask / dense
   TargetList sparse_targets, sparse_ignore;
 };
 

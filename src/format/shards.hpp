@@ -10,10 +10,10 @@
 namespace ctstream::format {
 
 struct ShardSet {
-  std::vector<std::filesystem::path> files;      ///< shard files, in shard-name order
-  std::filesystem::path index_path;              ///< empty when there is no index
-  std::map<std::string, uint32_t> weight_map;    ///< tensor key -> index into files (index only)
-  std::filesystem::path config_path;             ///< config.json beside the files, empty if none
+  std::vector<std::filesystem::path> files;    ///< shard files, in shard-name order
+  std::filesystem::path index_path;            ///< empty when there is no index
+  std::map<std::string, uint32_t> weight_map;  ///< tensor key -> index into files (index only)
+  std::filesystem::path config_path;           ///< config.json beside the files, empty if none
 };
 
 /// Finds the files of the checkpoint at `path`. Shard names from an index must stay inside the

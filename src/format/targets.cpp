@@ -11,8 +11,8 @@ namespace ctstream::format {
 struct TargetList::Compiled {
   explicit Compiled(const RE2::Options& o) : set(o, RE2::ANCHOR_START) {}
   RE2::Set set;
-  std::vector<size_t> entry;                     // set index -> entry index
-  std::vector<std::unique_ptr<RE2>> single;      // the same patterns one by one (fallback)
+  std::vector<size_t> entry;                 // set index -> entry index
+  std::vector<std::unique_ptr<RE2>> single;  // the same patterns one by one (fallback)
 };
 
 namespace {
@@ -37,17 +37,19 @@ TargetList TargetList::parse(const std::vector<std::string>& entries, ErrorKind 
       t.kind = Target::Kind::regex;
       t.text = s.substr(3);
       if (t.text.size() > kMaxPatternBytes)
-        throw Error(kind, file, "", what + " pattern of " + std::to_string(t.text.size()) + " bytes is longer than the " +
-                                        std::to_string(kMaxPatternBytes) + "-byte limit");
+        throw Error(kind, file, "",
+                    what + " pattern of " + std::to_string(t.text.size()) + " bytes is longer than the " +
+                        std::to_string(kMaxPatternBytes) + "-byte limit");
       if (!c) c = std::make_shared<Compiled>(opt);
       if (c->entry.size() >= kMaxPatterns)
         throw Error(kind, file, "", what + " holds more than " + std::to_string(kMaxPatterns) + " re: patterns");
       auto one = std::make_unique<RE2>(t.text, opt);
       std::string err;
       if (!one->ok() || c->set.Add(t.text, &err) < 0)
-        throw Error(kind, file, "", what + " pattern '" + t.text + "' is not a regular expression ctstream can match (" +
-                                        (one->ok() ? err : one->error()) +
-                                        "; patterns use RE2 syntax: Python's without backreferences or lookaround)");
+        throw Error(kind, file, "",
+                    what + " pattern '" + t.text + "' is not a regular expression ctstream can match (" +
+                        (one->ok() ? err : one->error()) +
+                        "; patterns use RE2 syntax: Python's without backreferences or lookaround)");
       c->entry.push_back(l.targets_.size());
       c->single.push_back(std::move(one));
     } else if (!s.empty() && std::isupper(static_cast<unsigned char>(s[0])) && s.find('.') == std::string::npos) {

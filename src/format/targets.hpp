@@ -50,7 +50,9 @@ class TargetList {
   /// patterns in alphabetical order, then class names in alphabetical order (among equal entries
   /// the later one, as the library's target -> scheme dict keeps the last). nullopt: none matches.
   std::optional<size_t> best_match(std::string_view module, const IsClass& is_class) const;
-  bool matches(std::string_view module, const IsClass& is_class) const { return best_match(module, is_class).has_value(); }
+  bool matches(std::string_view module, const IsClass& is_class) const {
+    return best_match(module, is_class).has_value();
+  }
 
  private:
   struct Compiled;

@@ -21,10 +21,13 @@ namespace {
 class Fd {
  public:
   explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { if (fd_ >= 0) ::close(fd_); }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
+
  private:
   int fd_;
 };
@@ -41,7 +44,8 @@ void pread_all(int fd, const std::string& path, uint64_t offset, std::span<std::
     ssize_t r = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
     if (r < 0) {
       if (errno == EINTR) continue;
-      fail_errno(path, "read of " + std::to_string(out.size()) + " bytes at offset " + std::to_string(offset) + " failed");
+      fail_errno(path,
+                 "read of " + std::to_string(out.size()) + " bytes at offset " + std::to_string(offset) + " failed");
     }
     if (r == 0)
       throw Error(ErrorKind::truncated, path, "",
@@ -64,6 +68,7 @@ class PreadFile final : public File {
   void release(uint64_t offset, uint64_t n, bool drop_cache) const noexcept override {
     if (drop_cache) ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
   }
+
  private:
   Fd fd_;
 };
@@ -77,7 +82,9 @@ class MappedFile final : public File {
     base_ = static_cast<std::byte*>(p);
     ::madvise(base_, size_, MADV_SEQUENTIAL);
   }
-  ~MappedFile() override { if (base_) ::munmap(base_, size_); }
+  ~MappedFile() override {
+    if (base_) ::munmap(base_, size_);
+  }
 
   // Copies go through pread even here: the kernel copies from the page cache without mapping
   // the pages into this process (RSS stays flat) and a truncated file gives a short read, not
@@ -130,8 +137,14 @@ std::unique_ptr<File> File::open(const std::filesystem::path& path, Mode mode) {
   int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_errno(p, "cannot open");
   struct stat st {};
-  if (::fstat(fd, &st) != 0) { ::close(fd); fail_errno(p, "fstat failed"); }
-  if (!S_ISREG(st.st_mode)) { ::close(fd); throw Error(ErrorKind::io, p, "", "not a regular file"); }
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail_errno(p, "fstat failed");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(ErrorKind::io, p, "", "not a regular file");
+  }
   const auto size = static_cast<uint64_t>(st.st_size);
   if (mode == Mode::pread) return std::make_unique<PreadFile>(p, fd, size);
   return std::make_unique<MappedFile>(p, fd, size);

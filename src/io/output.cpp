@@ -100,7 +100,8 @@ void TempFile::commit_to(const std::filesystem::path& final) {
   f_ = nullptr;
   if (std::fclose(f) != 0) fail_errno(path_, "close failed", errno);
   if (::rename(path_.c_str(), final.c_str()) != 0)
-    throw Error(ErrorKind::io, final.string(), "", std::string("cannot rename the finished file into place: ") + std::strerror(errno));
+    throw Error(ErrorKind::io, final.string(), "",
+                std::string("cannot rename the finished file into place: ") + std::strerror(errno));
   done_ = true;
 }
 

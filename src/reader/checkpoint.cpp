@@ -7,8 +7,8 @@
 #include "core/boundary.hpp"
 #include "core/checked.hpp"
 #include "format/grouping.hpp"
-#include "format/shards.hpp"
 #include "format/safetensors.hpp"
+#include "format/shards.hpp"
 #include "reader/internal.hpp"
 #include "reader/rows.hpp"
 
@@ -16,8 +16,8 @@ namespace fs = std::filesystem;
 
 namespace ctstream {
 
-std::span<const std::byte> Checkpoint::Impl::bytes(const TensorPart& p, uint64_t off, uint64_t n,
-                                                   ReadWindow& w, bool windowed) const {
+std::span<const std::byte> Checkpoint::Impl::bytes(const TensorPart& p, uint64_t off, uint64_t n, ReadWindow& w,
+                                                   bool windowed) const {
   const io::File& f = file_of(p);
   const uint64_t at = p.offset + off;
   if (f.mode() == io::Mode::mmap && !windowed) {
@@ -130,8 +130,8 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
     // layout the table failed to bound, and would make callers allocate without limit.
     if (t.numel() > 16 * t.stored_bytes() + 16)
       throw Error(ErrorKind::corrupt_tensor, ck->paths.at(t.parts.front().file).string(), t.name,
-                  "claims " + std::to_string(t.numel()) + " elements but stores only " + std::to_string(t.stored_bytes()) +
-                      " bytes");
+                  "claims " + std::to_string(t.numel()) + " elements but stores only " +
+                      std::to_string(t.stored_bytes()) + " bytes");
     ck->by_name.emplace(t.name, i);
   }
   return Checkpoint(std::move(ck));

@@ -49,7 +49,7 @@ void parallel_for(size_t n, unsigned threads, const std::function<void(size_t)>&
   }
   std::exception_ptr first;
   std::mutex mu;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast<int>(std::min<size_t>(threads, n)))
+#pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast <int>(std::min <size_t>(threads, n)))
   for (size_t i = 0; i < n; ++i) {
     {
       std::lock_guard<std::mutex> lk(mu);

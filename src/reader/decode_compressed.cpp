@@ -3,8 +3,8 @@
 // the kernels themselves are in src/codecs.
 #include <array>
 #include <cassert>
-#include <optional>
 #include <cstring>
+#include <optional>
 
 #include "codecs/half.hpp"
 #include "codecs/kernels.hpp"
@@ -45,11 +45,24 @@ const TensorPart& need_part(const Checkpoint::Impl& ck, const TensorInfo& t, con
 // Exact f32 image of one stored scalar of a scale / zero-point / value tensor.
 float to_f32(DType d, const std::byte* p, bool e8m0) {
   switch (d) {
-    case DType::F32: { float f; std::memcpy(&f, p, 4); return f; }
-    case DType::BF16: { uint16_t h; std::memcpy(&h, p, 2); return codecs::f32_from_bits(codecs::bf16_to_f32(h)); }
-    case DType::F16: { uint16_t h; std::memcpy(&h, p, 2); return codecs::f32_from_bits(codecs::f16_to_f32(h)); }
+    case DType::F32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DType::BF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return codecs::f32_from_bits(codecs::bf16_to_f32(h));
+    }
+    case DType::F16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return codecs::f32_from_bits(codecs::f16_to_f32(h));
+    }
     case DType::F8_E4M3: return e4m3_lut()[static_cast<uint8_t>(*p)];
-    case DType::U8: return e8m0 ? codecs::e8m0_to_f32(static_cast<uint8_t>(*p)) : static_cast<float>(static_cast<uint8_t>(*p));
+    case DType::U8:
+      return e8m0 ? codecs::e8m0_to_f32(static_cast<uint8_t>(*p)) : static_cast<float>(static_cast<uint8_t>(*p));
     case DType::F8_E8M0: return codecs::e8m0_to_f32(static_cast<uint8_t>(*p));
     case DType::I8: return static_cast<float>(static_cast<int8_t>(*p));
     default: break;
@@ -163,8 +176,13 @@ class ScaledDecoder : public RowDecoder {
  protected:
   ScaledDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g,
                 const char* main_role)
-      : ck_(ck), main_(need_part(ck, t, main_role)), scales_(ck, t, g), cols_(g.cols),
-        spec_(spec_for(t, out, scales_.group_size())), memo_(rows_repeat_scales(t)), k_(codecs::active_kernels()) {
+      : ck_(ck),
+        main_(need_part(ck, t, main_role)),
+        scales_(ck, t, g),
+        cols_(g.cols),
+        spec_(spec_for(t, out, scales_.group_size())),
+        memo_(rows_repeat_scales(t)),
+        k_(codecs::active_kernels()) {
     assert(main_.nbytes >= g.rows * (g.row_bytes ? g.row_bytes : g.cols * (dtype_bits(main_.dtype) / 8)));
   }
 
@@ -188,7 +206,8 @@ class ScaledDecoder : public RowDecoder {
   }
   // n 8-bit codes (int8 / fp8 E4M3) of row r starting at a column whose scale entry is `goff`:
   // the fused kernel where it applies (no act-order, zero points only integer ones), else false.
-  bool byte_codes(uint64_t r, const std::byte* codes, DType code_dtype, uint64_t n, uint64_t goff, std::byte* out) const {
+  bool byte_codes(uint64_t r, const std::byte* codes, DType code_dtype, uint64_t n, uint64_t goff,
+                  std::byte* out) const {
     const float* zp = scales_.zp_row(r);
     const auto code = fused_byte_code(code_dtype, zp, spec_);
     if (!code) return false;
@@ -211,14 +230,16 @@ class ScaledDecoder : public RowDecoder {
   Scales scales_;
   uint64_t cols_;
   DequantSpec spec_;
-  bool memo_;  // rows repeat their scales: offer the 8-bit kernel a table memo
+  bool memo_;                 // rows repeat their scales: offer the 8-bit kernel a table memo
   const codecs::Kernels& k_;  // the active ISA's kernels, taken once per tensor
 };
 
 class PackedIntDecoder final : public ScaledDecoder {
  public:
   PackedIntDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
-      : ScaledDecoder(ck, t, out, g, "weight_packed"), bits_(t.quant.num_bits), dense_(!t.quant.legacy_packing),
+      : ScaledDecoder(ck, t, out, g, "weight_packed"),
+        bits_(t.quant.num_bits),
+        dense_(!t.quant.legacy_packing),
         row_bytes_(g.row_bytes) {
     const uint64_t cols = g.cols;
     if (const TensorPart* gi = t.part("weight_g_idx")) {
@@ -316,7 +337,8 @@ class Fp6Decoder final : public ScaledDecoder {
     for (uint64_t k = 0; k < cols_ / 4; ++k) {
       const auto* b = reinterpret_cast<const uint8_t*>(w.data()) + 3 * k;
       const uint32_t word = b[0] | (uint32_t(b[1]) << 8) | (uint32_t(b[2]) << 16);
-      for (unsigned j = 0; j < 4; ++j) xf[4 * k + j] = codecs::e2m3_to_f32(static_cast<uint8_t>((word >> (6 * j)) & 0x3F));
+      for (unsigned j = 0; j < 4; ++j)
+        xf[4 * k + j] = codecs::e2m3_to_f32(static_cast<uint8_t>((word >> (6 * j)) & 0x3F));
     }
     dequant(r, xf.data(), cols_, 0, nullptr, out);
   }
@@ -327,8 +349,14 @@ class Fp6Decoder final : public ScaledDecoder {
 class SparseDecoder final : public RowDecoder {
  public:
   SparseDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
-      : ck_(ck), t_(t), values_(need_part(ck, t, "compressed")), mask_(need_part(ck, t, "bitmask")), cols_(g.cols),
-        out_(out), vsz_(dtype_bits(values_.dtype) / 8), mbytes_((g.cols + 7) / 8) {
+      : ck_(ck),
+        t_(t),
+        values_(need_part(ck, t, "compressed")),
+        mask_(need_part(ck, t, "bitmask")),
+        cols_(g.cols),
+        out_(out),
+        vsz_(dtype_bits(values_.dtype) / 8),
+        mbytes_((g.cols + 7) / 8) {
     const uint64_t rows = g.rows, cols = g.cols;
     assert(vsz_ >= 1 && mask_.nbytes == rows * mbytes_);  // format table
     if (!t.quantized && values_.dtype != out && !(is_float_output(values_.dtype) && is_float_output(out)))
@@ -343,17 +371,20 @@ class SparseDecoder final : public RowDecoder {
     const auto* mb = reinterpret_cast<const uint8_t*>(mask_copy_.data());
     for (uint64_t r = 0; r < rows; ++r) {
       if (!codecs::bitmask_padding_clear(mb + r * mbytes_, cols))
-        fail(ck, t, ErrorKind::corrupt_tensor, "bitmask row " + std::to_string(r) + " has bits set past column " + std::to_string(cols));
+        fail(ck, t, ErrorKind::corrupt_tensor,
+             "bitmask row " + std::to_string(r) + " has bits set past column " + std::to_string(cols));
       const uint64_t n = codecs::bitmask_row_popcount(mb + r * mbytes_, cols);
       if (t.format == Format::sparse_24_bitmask && n != cols / 2)
-        fail(ck, t, ErrorKind::corrupt_tensor, "2:4 bitmask row " + std::to_string(r) + " keeps " + std::to_string(n) +
-                                                   " values, not " + std::to_string(cols / 2));
+        fail(ck, t, ErrorKind::corrupt_tensor,
+             "2:4 bitmask row " + std::to_string(r) + " keeps " + std::to_string(n) + " values, not " +
+                 std::to_string(cols / 2));
       start_[r + 1] = start_[r] + n;
     }
     const uint64_t stored = values_.nbytes / vsz_;
     if (start_[rows] != stored)
-      fail(ck, t, ErrorKind::corrupt_tensor, "bitmask has " + std::to_string(start_[rows]) + " set bits but " +
-                                                 std::to_string(stored) + " values are stored");
+      fail(ck, t, ErrorKind::corrupt_tensor,
+           "bitmask has " + std::to_string(start_[rows]) + " set bits but " + std::to_string(stored) +
+               " values are stored");
     if (const TensorPart* ro = t.part("row_offsets")) {
       std::vector<std::byte> raw(ro->nbytes);
       ck.file_of(*ro).read_at(ro->offset, raw);
@@ -361,12 +392,14 @@ class SparseDecoder final : public RowDecoder {
         int64_t v;
         std::memcpy(&v, raw.data() + 8 * r, 8);
         if (v < 0 || static_cast<uint64_t>(v) != start_[r])
-          fail(ck, t, ErrorKind::corrupt_tensor, "row_offsets[" + std::to_string(r) + "] = " + std::to_string(v) +
-                                                     " but the bitmask puts that row at " + std::to_string(start_[r]));
+          fail(ck, t, ErrorKind::corrupt_tensor,
+               "row_offsets[" + std::to_string(r) + "] = " + std::to_string(v) + " but the bitmask puts that row at " +
+                   std::to_string(start_[r]));
       }
     }
     expand_ = k_.bitmask_expand(static_cast<unsigned>(vsz_));
-    if (!expand_) fail(ck, t, ErrorKind::unsupported, "sparse values of dtype " + std::string(dtype_name(values_.dtype)));
+    if (!expand_)
+      fail(ck, t, ErrorKind::unsupported, "sparse values of dtype " + std::string(dtype_name(values_.dtype)));
     if (t.quantized) scales_ = std::make_unique<Scales>(ck, t, g);
     // The values are read in place from the mapping (mmap mode): guarded once here, before the
     // first row touches it.

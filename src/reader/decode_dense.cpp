@@ -21,7 +21,8 @@ uint64_t decode_widened(const Checkpoint::Impl& ck, const TensorInfo& t, std::sp
   const uint64_t run = g.len * g.inner;
   const uint64_t chunk = 64u << 10;  // elements per task
   const uint64_t per_run = (run + chunk - 1) / chunk;
-  const codecs::ConvertFn fn = out_dtype == DType::F32 ? nullptr : codecs::active_kernels().convert(DType::F32, out_dtype);
+  const codecs::ConvertFn fn =
+      out_dtype == DType::F32 ? nullptr : codecs::active_kernels().convert(DType::F32, out_dtype);
   parallel_for(g.outer * per_run, g.out_elems() >= 4 * chunk ? ck.threads() : 1, [&](size_t task) {
     const uint64_t o = task / per_run, c = task % per_run;
     const uint64_t first = c * chunk, count = std::min(chunk, run - first);

@@ -1,8 +1,8 @@
 // reader — private state of a Checkpoint and the decode entry points that use it.
 #pragma once
 #include <exception>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,14 +19,14 @@ namespace ctstream {
 
 /// Caller-side buffer for Checkpoint::Impl::bytes (pread mode, and quantized formats in mmap
 /// mode too: RowDecoder::windowed), one per call site and thread: it keeps the window it last
-/// read, so walking a part row by row costs one read per kReadWindow bytes, not one per row. Keyed by the checkpoint's serial
-/// number, file and offset, so it never serves bytes of another checkpoint or place.
+/// read, so walking a part row by row costs one read per kReadWindow bytes, not one per row. Keyed by the checkpoint's
+/// serial number, file and offset, so it never serves bytes of another checkpoint or place.
 struct ReadWindow {
   static constexpr uint64_t kReadWindow = 256u << 10;
   std::vector<std::byte> buf;
   uint64_t serial = 0;  // Impl::serial of the data in buf; 0: empty
   uint32_t file = 0;
-  uint64_t begin = 0;   // file offset of buf[0]
+  uint64_t begin = 0;  // file offset of buf[0]
 };
 
 struct Checkpoint::Impl {
@@ -42,8 +42,9 @@ struct Checkpoint::Impl {
 
   const io::File& file_of(const TensorPart& p) const {
     if (p.file >= files.size())
-      throw Error(ErrorKind::invalid_argument, "", p.key, "part names file " + std::to_string(p.file) + " of a checkpoint with " +
-                                                             std::to_string(files.size()) + " files (a part of another checkpoint?)");
+      throw Error(ErrorKind::invalid_argument, "", p.key,
+                  "part names file " + std::to_string(p.file) + " of a checkpoint with " +
+                      std::to_string(files.size()) + " files (a part of another checkpoint?)");
     return *files[p.file];
   }
   /// Checks a part is still fully inside its (possibly mapped) file before touching it.

@@ -42,10 +42,20 @@ uint64_t parse_bytes(const std::string& text) {
   std::string unit = text.substr(i);
   while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.back()))) unit.pop_back();
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  static const std::pair<const char*, uint64_t> units[] = {
-      {"", 1},           {"B", 1},           {"K", 1000},           {"KB", 1000},          {"M", 1000000},
-      {"MB", 1000000},   {"G", 1000000000},  {"GB", 1000000000},    {"T", 1000000000000},  {"TB", 1000000000000},
-      {"KIB", 1ull << 10}, {"MIB", 1ull << 20}, {"GIB", 1ull << 30}, {"TIB", 1ull << 40}};
+  static const std::pair<const char*, uint64_t> units[] = {{"", 1},
+                                                           {"B", 1},
+                                                           {"K", 1000},
+                                                           {"KB", 1000},
+                                                           {"M", 1000000},
+                                                           {"MB", 1000000},
+                                                           {"G", 1000000000},
+                                                           {"GB", 1000000000},
+                                                           {"T", 1000000000000},
+                                                           {"TB", 1000000000000},
+                                                           {"KIB", 1ull << 10},
+                                                           {"MIB", 1ull << 20},
+                                                           {"GIB", 1ull << 30},
+                                                           {"TIB", 1ull << 40}};
   uint64_t mult = 0;
   for (const auto& [u, m] : units)
     if (unit == u) mult = m;
@@ -75,23 +85,23 @@ struct Stream::Impl {
   std::vector<const TensorInfo*> order;
 
   struct Slot {
-    uint64_t off = 0, size = 0;          // ring region (size 0: not in the ring)
-    uint64_t bytes = 0;                  // decoded bytes this slot holds against the budget
-    bool oversize = false;               // in the shared oversize buffer (larger than the budget)
+    uint64_t off = 0, size = 0;  // ring region (size 0: not in the ring)
+    uint64_t bytes = 0;          // decoded bytes this slot holds against the budget
+    bool oversize = false;       // in the shared oversize buffer (larger than the budget)
     std::span<std::byte> data;
     DType dtype = DType::BF16;
     std::exception_ptr error;
     bool ready = false;
   };
-  io::AnonBuffer ring;                   // budget bytes (huge pages), untouched until used
-  io::AnonBuffer oversize_buf;           // reused for tensors larger than the budget (one at a time)
-  std::deque<Slot> slots;                // produced, not yet released; front = oldest
-  size_t produced = 0, delivered = 0;    // counts over `order`
-  bool has_current = false;              // the consumer holds slots.front()
+  io::AnonBuffer ring;                 // budget bytes (huge pages), untouched until used
+  io::AnonBuffer oversize_buf;         // reused for tensors larger than the budget (one at a time)
+  std::deque<Slot> slots;              // produced, not yet released; front = oldest
+  size_t produced = 0, delivered = 0;  // counts over `order`
+  bool has_current = false;            // the consumer holds slots.front()
   uint64_t held = 0, peak = 0;
 
   std::mutex mu;
-  std::mutex next_mu;  // serialises next() callers
+  std::mutex next_mu;        // serialises next() callers
   std::exception_ptr fatal;  // the worker stopped on this (not a per-tensor decode error)
   std::condition_variable cv_space, cv_ready;
   bool stop = false;
@@ -124,9 +134,7 @@ struct Stream::Impl {
     worker.join();
   }
 
-  DType out_dtype(const TensorInfo& t) const {
-    return output_dtype(t, opt.dtype);
-  }
+  DType out_dtype(const TensorInfo& t) const { return output_dtype(t, opt.dtype); }
 
   // Where the next ring region of `size` bytes would go, or nullopt if it would overlap a
   // region still held. Regions are allocated and freed in FIFO order.
@@ -192,7 +200,7 @@ struct Stream::Impl {
         dst = opt.destination(t, s.bytes);
       } else if (s.oversize) {
         if (oversize_buf.size() < s.bytes) {  // grows to the largest oversize tensor, then reused
-          oversize_buf = io::AnonBuffer();      // the old one goes first: never both at once
+          oversize_buf = io::AnonBuffer();    // the old one goes first: never both at once
           oversize_buf = io::AnonBuffer(s.bytes);
         }
         dst = {oversize_buf.data(), s.bytes};
@@ -213,8 +221,8 @@ struct Stream::Impl {
   void run() {
     // Default: the Checkpoint's decode threads less one, which stays with the consumer (copying
     // items out, uploading them): an OpenMP team spinning on every core would starve it.
-    const unsigned ck_threads = ck.options().threads ? ck.options().threads
-                                                     : static_cast<unsigned>(std::max(1, omp_get_max_threads()));
+    const unsigned ck_threads =
+        ck.options().threads ? ck.options().threads : static_cast<unsigned>(std::max(1, omp_get_max_threads()));
     const unsigned threads = opt.threads ? opt.threads : std::max(1u, ck_threads - 1);
     size_t i = 0;
     while (i < order.size()) {
@@ -245,7 +253,7 @@ struct Stream::Impl {
         decode_one(i, *batch[0]);
       } else {
         reader::ScopedDecodeThreads scope(1);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast<int>(std::min<size_t>(threads, batch.size())))
+#pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast <int>(std::min <size_t>(threads, batch.size())))
         for (size_t k = 0; k < batch.size(); ++k) {
           reader::ScopedDecodeThreads inner(1);  // thread_local: set on every team thread
           decode_one(i + k, *batch[k]);

@@ -19,9 +19,7 @@ std::vector<std::byte> bytes_of(const std::vector<T>& v) {
   return b;
 }
 
-std::vector<std::byte> shape_bytes(const Shape& s) {
-  return bytes_of(std::vector<int64_t>(s.begin(), s.end()));
-}
+std::vector<std::byte> shape_bytes(const Shape& s) { return bytes_of(std::vector<int64_t>(s.begin(), s.end())); }
 
 }  // namespace
 
@@ -42,17 +40,19 @@ Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<fl
   const TensorInfo& t = *it.t;
   const uint64_t R = t.shape[0], C = t.shape[1], n = R * C;
   const WeightArgs& a = r.args;
-  const auto qp = compute_qparams(v.data(), R, C, it.work, a,
-                                  a.strategy == QuantStrategy::tensor_group ? std::optional<float>(it.global_scale) : std::nullopt);
+  const auto qp =
+      compute_qparams(v.data(), R, C, it.work, a,
+                      a.strategy == QuantStrategy::tensor_group ? std::optional<float>(it.global_scale) : std::nullopt);
   // The library computes scales in the weight's dtype: a range wider than that dtype holds
   // (e.g. F16 values from -50000 to 30000, asymmetric) gives an infinite scale and a tensor
   // that decodes to NaN. Refuse it rather than write it.
   for (uint64_t i = 0; i < qp.scale.size(); ++i)
     if (!std::isfinite(qp.scale[i]) || !(qp.scale[i] > 0))
       throw Error(ErrorKind::invalid_argument, file, t.name,
-                  "its value range overflows " + std::string(dtype_name(it.work)) + " when computing scale " + std::to_string(i) +
-                      " (the library would write a scale of " + std::to_string(qp.scale[i]) +
-                      " and decode NaN); quantize it from a wider dtype (--dtype float32) or leave the module out (--ignore / ignore=)");
+                  "its value range overflows " + std::string(dtype_name(it.work)) + " when computing scale " +
+                      std::to_string(i) + " (the library would write a scale of " + std::to_string(qp.scale[i]) +
+                      " and decode NaN); quantize it from a wider dtype (--dtype float32) or leave the module out "
+                      "(--ignore / ignore=)");
   std::vector<uint8_t> codes(n);
   quantize(v.data(), R, C, it.work, a, qp, codes.data());
   Encoded e;
@@ -71,7 +71,8 @@ Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<fl
     for (float z : qp.zero_point) zp.push_back(static_cast<int8_t>(z));
   switch (r.format) {
     case Format::pack_quantized:
-      e.parts[Role::weight_packed] = bytes_of(pack_int32_rows(reinterpret_cast<const int8_t*>(codes.data()), R, C, a.num_bits));
+      e.parts[Role::weight_packed] =
+          bytes_of(pack_int32_rows(reinterpret_cast<const int8_t*>(codes.data()), R, C, a.num_bits));
       e.parts[Role::weight_shape] = shape_bytes(t.shape);
       if (!a.symmetric)  // group / channel: packed along rows (pack_to_int32(packed_dim=0))
         e.parts[Role::weight_zero_point] =
@@ -101,11 +102,12 @@ Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<fl
   dequantize(codes.data(), R, C, it.work, a, qp, e.decoded.data());
   for (uint64_t i = 0; i < n; ++i)
     if (!std::isfinite(e.decoded[i]))
-      throw Error(ErrorKind::invalid_argument, file, t.name,
-                  "element " + std::to_string(i) + " (" + std::to_string(v[i]) + ") lies so close to the largest " +
-                      std::string(dtype_name(it.work)) + " value that its " + r.scheme +
-                      " dequantization overflows to infinity; quantize it from a wider dtype (--dtype float32) or --ignore "
-                      "the module");
+      throw Error(
+          ErrorKind::invalid_argument, file, t.name,
+          "element " + std::to_string(i) + " (" + std::to_string(v[i]) + ") lies so close to the largest " +
+              std::string(dtype_name(it.work)) + " value that its " + r.scheme +
+              " dequantization overflows to infinity; quantize it from a wider dtype (--dtype float32) or --ignore "
+              "the module");
   if (!want_decoded) e.decoded = {};
   return e;
 }
@@ -124,7 +126,8 @@ Encoded encode_sparse(const Item& it, const Resolved& r, const std::vector<float
   if (r.format == Format::sparse_bitmask) {
     const uint64_t nnz = count_nonzero(raw.data(), n, it.work);
     if (nnz != it.nnz)
-      throw Error(ErrorKind::io, file, t.name, "tensor changed while it was being compressed (non-zero count differs between passes)");
+      throw Error(ErrorKind::io, file, t.name,
+                  "tensor changed while it was being compressed (non-zero count differs between passes)");
     std::vector<std::byte> values(nnz * eb);
     std::vector<int64_t> row_offsets(R);
     bitmask_compress(raw.data(), R, C, it.work, values.data(), mask.data(), row_offsets.data());
@@ -138,9 +141,10 @@ Encoded encode_sparse(const Item& it, const Resolved& r, const std::vector<float
     std::vector<uint8_t> keep(n);
     e.pruned = mask_24(raw.data(), n, it.work, keep.data());
     if (e.pruned && !prune)
-      throw Error(ErrorKind::invalid_argument, file, t.name, "is not 2:4 sparse (" + std::to_string(e.pruned) +
-                  " groups of 4 hold more than 2 non-zeros); pass --prune-24 to keep the 2 largest of every 4, as "
-                  "compressed-tensors' compressor does");
+      throw Error(ErrorKind::invalid_argument, file, t.name,
+                  "is not 2:4 sparse (" + std::to_string(e.pruned) +
+                      " groups of 4 hold more than 2 non-zeros); pass --prune-24 to keep the 2 largest of every 4, as "
+                      "compressed-tensors' compressor does");
     std::vector<std::byte> values(n / 2 * eb);
     sparse24_compress(raw.data(), R, C, it.work, keep.data(), values.data(), mask.data());
     e.parts[Role::compressed] = std::move(values);
@@ -158,9 +162,10 @@ void emit(const Item& it, const Encoded& e, SafetensorsWriter& w) {
     auto p = e.parts.find(o.role);
     if (p == e.parts.end() || p->second.size() != o.bytes)
       throw Error(ErrorKind::internal, "", it.t->name,
-                  "encoder produced " + (p == e.parts.end() ? std::string("no") : std::to_string(p->second.size()) + " bytes of") +
-                      " part '" + std::string(format::role_name(o.role)) + "', the plan says " + std::to_string(o.bytes) +
-                      " bytes (please report)");
+                  "encoder produced " +
+                      (p == e.parts.end() ? std::string("no") : std::to_string(p->second.size()) + " bytes of") +
+                      " part '" + std::string(format::role_name(o.role)) + "', the plan says " +
+                      std::to_string(o.bytes) + " bytes (please report)");
     w.write(p->second);
   }
 }

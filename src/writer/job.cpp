@@ -123,8 +123,9 @@ void Job::check_not_nested() const {
   };
   if (within(in_c, out_c))
     fail(ErrorKind::invalid_argument, out_.string(), "",
-         in_c == out_c ? "output directory is the input" : "output directory contains the input " + in_.string() +
-                                                               " (replacing it would delete the input)");
+         in_c == out_c
+             ? "output directory is the input"
+             : "output directory contains the input " + in_.string() + " (replacing it would delete the input)");
   if (within(out_c, in_c))
     fail(ErrorKind::invalid_argument, out_.string(), "", "output directory lies inside the input " + in_.string());
 }
@@ -142,7 +143,8 @@ void Job::prepare_output() {
   if (fs::exists(out_, ec)) {
     if (!fs::is_directory(out_, ec)) fail(ErrorKind::io, out_.string(), "", "exists and is not a directory");
     if (!fs::is_empty(out_, ec) && !o_.overwrite)
-      fail(ErrorKind::io, out_.string(), "", "output directory exists and is not empty (pass --overwrite to replace it)");
+      fail(ErrorKind::io, out_.string(), "",
+           "output directory exists and is not empty (pass --overwrite to replace it)");
   }
   try {
     tmp_ = io::make_temp_dir(parent, out_.filename().string(), "tmp");
@@ -155,7 +157,8 @@ void Job::prepare_output() {
 void Job::scan() {
   std::vector<Item*> need;
   for (auto& it : items_)
-    if (it.compress && (r_.format == Format::sparse_bitmask || r_.format == Format::nvfp4_pack_quantized)) need.push_back(&it);
+    if (it.compress && (r_.format == Format::sparse_bitmask || r_.format == Format::nvfp4_pack_quantized))
+      need.push_back(&it);
   uint64_t total = 0, done = 0;
   for (auto* it : need) total += it->t->stored_bytes();
   std::vector<float> buf;
@@ -274,7 +277,8 @@ void Job::write_shards() {
       ++done;
       bytes_done += items_[i].t->stored_bytes();
       if (o_.progress)
-        o_.progress({CompressProgress::Phase::write, done, items_.size(), bytes_done, plan_.input_bytes, items_[i].t->name, elapsed()});
+        o_.progress({CompressProgress::Phase::write, done, items_.size(), bytes_done, plan_.input_bytes,
+                     items_[i].t->name, elapsed()});
     }
     w.commit();
     rep_.files.push_back(shard_names_[s]);
@@ -363,8 +367,9 @@ void Job::write_item(Item& it, SafetensorsWriter& w) {
   if (is_quantized_format(r_.format)) {
     for (uint64_t i = 0; i < n; ++i)
       if (!std::isfinite(v[i]))
-        fail(ErrorKind::invalid_argument, file, t.name, "contains NaN or Inf at element " + std::to_string(i) +
-             "; it cannot be quantized (leave the module out: --ignore / ignore=)");
+        fail(ErrorKind::invalid_argument, file, t.name,
+             "contains NaN or Inf at element " + std::to_string(i) +
+                 "; it cannot be quantized (leave the module out: --ignore / ignore=)");
     e = encode_quantized(it, r_, v, o_.compute_errors, file);
   } else {
     e = encode_sparse(it, r_, v, o_.prune_24, o_.compute_errors, file);
@@ -387,11 +392,14 @@ void Job::copy_others() {
   std::error_code ec;
   if (!o_.copy_other_files || in_.empty() || !fs::is_directory(in_, ec)) return;
   std::set<fs::path> own;
-  for (const auto& f : static_cast<const CheckpointSource&>(src_).checkpoint().files()) own.insert(fs::weakly_canonical(f, ec));
-  static const char* skip_ext[] = {".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf", ".ot", ".safetensors"};
+  for (const auto& f : static_cast<const CheckpointSource&>(src_).checkpoint().files())
+    own.insert(fs::weakly_canonical(f, ec));
+  static const char* skip_ext[] = {".bin",     ".pt",   ".pth",  ".ckpt", ".h5",
+                                   ".msgpack", ".onnx", ".gguf", ".ot",   ".safetensors"};
   const fs::path out_canon = fs::weakly_canonical(out_, ec);
   const fs::path tmp_canon = fs::weakly_canonical(tmp_, ec);
-  for (auto itr = fs::recursive_directory_iterator(in_, ec); !ec && itr != fs::recursive_directory_iterator(); itr.increment(ec)) {
+  for (auto itr = fs::recursive_directory_iterator(in_, ec); !ec && itr != fs::recursive_directory_iterator();
+       itr.increment(ec)) {
     const fs::path p = itr->path();
     const std::string name = p.filename().string();
     const fs::path canon = fs::weakly_canonical(p, ec);

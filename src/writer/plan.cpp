@@ -49,9 +49,9 @@ bool is_quantized_format(Format f) {
 
 namespace ctstream {
 std::span<const Format> writer_formats() noexcept {
-  static constexpr Format kFormats[] = {Format::dense, Format::sparse_bitmask, Format::sparse_24_bitmask,
-                                        Format::pack_quantized, Format::int_quantized, Format::float_quantized,
-                                        Format::nvfp4_pack_quantized};
+  static constexpr Format kFormats[] = {
+      Format::dense,         Format::sparse_bitmask,  Format::sparse_24_bitmask,   Format::pack_quantized,
+      Format::int_quantized, Format::float_quantized, Format::nvfp4_pack_quantized};
   return kFormats;
 }
 std::string writer_format_names() {
@@ -93,7 +93,8 @@ Resolved resolve(const CompressOptions& o) {
     case Format::int_quantized:
       r.args.type = QuantType::int_;
       r.args.num_bits = o.num_bits ? o.num_bits : (o.format == Format::pack_quantized ? 4 : 8);
-      r.args.strategy = o.strategy.value_or(o.format == Format::pack_quantized ? QuantStrategy::group : QuantStrategy::channel);
+      r.args.strategy =
+          o.strategy.value_or(o.format == Format::pack_quantized ? QuantStrategy::group : QuantStrategy::channel);
       if (r.args.num_bits < 1 || r.args.num_bits > 8) bad(fname + ": bits must be 1..8");
       break;
     case Format::float_quantized:
@@ -108,16 +109,18 @@ Resolved resolve(const CompressOptions& o) {
       r.args.strategy = o.strategy.value_or(QuantStrategy::tensor_group);
       r.args.fp8_scale = true;
       if (r.args.num_bits != 4) bad("nvfp4-pack-quantized: weights are 4-bit FP4");
-      if (r.args.strategy != QuantStrategy::tensor_group) bad("nvfp4-pack-quantized: strategy is tensor_group (group 16)");
+      if (r.args.strategy != QuantStrategy::tensor_group)
+        bad("nvfp4-pack-quantized: strategy is tensor_group (group 16)");
       break;
     default:
-      fail(ErrorKind::unsupported, "", "", "the writer cannot produce format '" + fname + "' (supported: " +
-           writer_format_names() + ")");
+      fail(ErrorKind::unsupported, "", "",
+           "the writer cannot produce format '" + fname + "' (supported: " + writer_format_names() + ")");
   }
   auto& a = r.args;
   a.symmetric = o.symmetric;
   if (!a.symmetric && a.type == QuantType::float_)
-    bad(fname + ": asymmetric quantization is only supported for INT weights (compressed-tensors "
+    bad(fname +
+        ": asymmetric quantization is only supported for INT weights (compressed-tensors "
         "raises for FP4 and has no asymmetric FP8 kernels)");
   switch (a.strategy) {
     case QuantStrategy::tensor:
@@ -141,23 +144,26 @@ Resolved resolve(const CompressOptions& o) {
   r.activations = (o.format == Format::int_quantized || o.format == Format::float_quantized) && o.input_activations;
   std::string s = (a.type == QuantType::int_ ? "int" : "fp") + std::to_string(a.num_bits) + " " +
                   std::string(strategy_name(a.strategy));
-  if (a.strategy == QuantStrategy::group || a.strategy == QuantStrategy::tensor_group) s += std::to_string(a.group_size);
+  if (a.strategy == QuantStrategy::group || a.strategy == QuantStrategy::tensor_group)
+    s += std::to_string(a.group_size);
   if (a.strategy == QuantStrategy::block) s += std::to_string(a.block_rows) + "x" + std::to_string(a.block_cols);
   s += a.symmetric ? " sym" : " asym";
   r.scheme = s;
   return r;
 }
 
-Selector::Selector(const std::vector<std::string>& entries, const char* what, const Classes& classes) : classes_(classes) {
+Selector::Selector(const std::vector<std::string>& entries, const char* what, const Classes& classes)
+    : classes_(classes) {
   for (const auto& s : entries)
     if (s.empty()) fail(ErrorKind::invalid_argument, "", "", std::string(what) + " entry is empty");
   list_ = format::TargetList::parse(entries, ErrorKind::invalid_argument, "", what);
   if (!classes.empty()) return;
   for (const auto& t : list_.targets())
     if (t.kind == format::Target::Kind::class_name && t.text != "Linear" && t.text != "Embedding")
-      fail(ErrorKind::unsupported, "", "", std::string(what) + " class '" + t.text +
-           "' cannot be matched without the model; use module names or re: patterns (\"Linear\" and "
-           "\"Embedding\" are matched by name heuristics)");
+      fail(ErrorKind::unsupported, "", "",
+           std::string(what) + " class '" + t.text +
+               "' cannot be matched without the model; use module names or re: patterns (\"Linear\" and "
+               "\"Embedding\" are matched by name heuristics)");
 }
 
 bool Selector::matches(const std::string& module, const TensorInfo& t) const {
@@ -207,13 +213,15 @@ Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, co
         it.compress = true;
         const std::string fname(format_name(r.format));
         if (!is_float_output(it.work))
-          fail(ErrorKind::unsupported, origin(i), t.name, "dtype " + std::string(dtype_name(t.dtype)) +
-               " cannot be stored as " + fname + " (needs F32, F16 or BF16 weights); leave the module out (--ignore / ignore=)");
+          fail(ErrorKind::unsupported, origin(i), t.name,
+               "dtype " + std::string(dtype_name(t.dtype)) + " cannot be stored as " + fname +
+                   " (needs F32, F16 or BF16 weights); leave the module out (--ignore / ignore=)");
         // The format table decides what the format can hold, exactly as the reader will.
         format::Why why;
         if (!format::geometry(r.format, t.shape, is_quantized_format(r.format) ? &q : nullptr, why))
-          fail(ErrorKind::invalid_argument, origin(i), t.name, fname + " cannot store this weight: " + why +
-               "; choose other arguments, or leave the module out (--ignore / ignore=)");
+          fail(ErrorKind::invalid_argument, origin(i), t.name,
+               fname + " cannot store this weight: " + why +
+                   "; choose other arguments, or leave the module out (--ignore / ignore=)");
         compressed_modules.insert(it.module);
       }
     }
@@ -272,7 +280,8 @@ void check_plan(const Plan& plan, const Resolved& r, const std::string& config_t
   };
   std::vector<TensorInfo> got;
   try {
-    got = format::group_tensors(raw, config_text, "config.json (planned)", read_small, [](uint32_t) { return std::string("(planned)"); });
+    got = format::group_tensors(raw, config_text, "config.json (planned)", read_small,
+                                [](uint32_t) { return std::string("(planned)"); });
   } catch (const Error& e) {
     throw Error(ErrorKind::internal, e.file(), e.tensor(),
                 std::string("the writer planned a checkpoint its own reader refuses (please report): ") + e.what());
@@ -284,8 +293,8 @@ void check_plan(const Plan& plan, const Resolved& r, const std::string& config_t
     auto f = by_name.find(it.t->name);
     if (f == by_name.end() || f->second->format != r.format || f->second->shape != it.t->shape)
       throw Error(ErrorKind::internal, "(planned)", it.t->name,
-                  "the writer planned parts its own reader would not read back as " + std::string(format_name(r.format)) +
-                      " of the input's shape (please report)");
+                  "the writer planned parts its own reader would not read back as " +
+                      std::string(format_name(r.format)) + " of the input's shape (please report)");
   }
 }
 

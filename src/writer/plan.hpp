@@ -59,7 +59,7 @@ struct OutEntry {
 /// One input tensor and what it becomes.
 struct Item {
   const TensorInfo* t = nullptr;
-  size_t index = 0;         ///< in the source
+  size_t index = 0;  ///< in the source
   bool compress = false;
   DType work = DType::F32;  ///< dtype the tensor is written / quantized in
   bool convert = false;     ///< float values are rounded from t->dtype to `work`
@@ -72,8 +72,8 @@ struct Item {
 };
 
 struct Plan {
-  std::vector<Item> items;                ///< input order
-  std::vector<std::string> config_ignore; ///< the user's ignore list + every uncompressed module
+  std::vector<Item> items;                 ///< input order
+  std::vector<std::string> config_ignore;  ///< the user's ignore list + every uncompressed module
   uint64_t input_bytes = 0;
 };
 

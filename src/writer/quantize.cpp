@@ -20,15 +20,13 @@ constexpr uint64_t kParallelMin = 1u << 16;
 /// torch.finfo(d).eps — the value `calculate_qparams` puts in place of a zero scale.
 float dtype_eps(DType d) noexcept {
   switch (d) {
-    case DType::BF16: return 0.0078125f;          // 2^-7
-    case DType::F16: return 0.0009765625f;        // 2^-10
+    case DType::BF16: return 0.0078125f;    // 2^-7
+    case DType::F16: return 0.0009765625f;  // 2^-10
     default: return std::numeric_limits<float>::epsilon();
   }
 }
 /// torch.finfo(d).tiny (smallest normal), used by `generate_gparam`'s clamp.
-float dtype_tiny(DType d) noexcept {
-  return d == DType::F16 ? 6.103515625e-05f : std::numeric_limits<float>::min();
-}
+float dtype_tiny(DType d) noexcept { return d == DType::F16 ? 6.103515625e-05f : std::numeric_limits<float>::min(); }
 
 /// torch.clamp(x, lo, hi): NaN propagates.
 float clampf(float x, float lo, float hi) noexcept {
@@ -154,8 +152,8 @@ std::pair<float, float> quant_range(const WeightArgs& a) noexcept {
     const float half = std::ldexp(1.f, static_cast<int>(a.num_bits) - 1);
     return {-half, half - 1.f};
   }
-  if (a.num_bits == 4) return {-6.f, 6.f};     // FP4_E2M1_DATA
-  return {-448.f, 448.f};                      // FP8_E4M3_DATA
+  if (a.num_bits == 4) return {-6.f, 6.f};  // FP4_E2M1_DATA
+  return {-448.f, 448.f};                   // FP8_E4M3_DATA
 }
 
 std::pair<float, float> min_max(const float* w, uint64_t n) noexcept {
@@ -208,9 +206,10 @@ QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, c
         hi[i] = std::max(hi[i], v);
       }
   }
-  const std::pair<float, float> qrange = quant_range(a);  // (no structured binding: clang 14 cannot capture one in OpenMP regions)
+  const std::pair<float, float> qrange =
+      quant_range(a);  // (no structured binding: clang 14 cannot capture one in OpenMP regions)
   const float qmin = qrange.first, qmax = qrange.second;
-  const float range = qmax - qmin;      // bit_range.to(D): exact for every supported width
+  const float range = qmax - qmin;  // bit_range.to(D): exact for every supported width
   const float half_range = range / 2.f;
   p.scale.resize(n);
   if (!a.symmetric) p.zero_point.resize(n);
@@ -237,7 +236,8 @@ QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, c
 
 void quantize(const float* w, uint64_t rows, uint64_t cols, DType d, const WeightArgs& a, const QParams& p,
               uint8_t* out) {
-  const std::pair<float, float> qrange = quant_range(a);  // (no structured binding: clang 14 cannot capture one in OpenMP regions)
+  const std::pair<float, float> qrange =
+      quant_range(a);  // (no structured binding: clang 14 cannot capture one in OpenMP regions)
   const float qmin = qrange.first, qmax = qrange.second;
   const bool fp4 = a.type == QuantType::float_ && a.num_bits == 4;
   const bool fp8 = a.type == QuantType::float_ && a.num_bits == 8;
@@ -301,7 +301,8 @@ std::vector<int32_t> pack_int32_rows(const int8_t* q, uint64_t rows, uint64_t co
     const uint64_t r = static_cast<uint64_t>(rr);
     uint32_t* row = out.data() + r * words;
     for (uint64_t i = 0; i < cols; ++i) {
-      const uint32_t u = (static_cast<uint32_t>(static_cast<int32_t>(q[r * cols + i]) + static_cast<int32_t>(offset))) & mask;
+      const uint32_t u =
+          (static_cast<uint32_t>(static_cast<int32_t>(q[r * cols + i]) + static_cast<int32_t>(offset))) & mask;
       const uint64_t bit = i * bits;
       const uint64_t wd = bit / 32;
       const unsigned sh = static_cast<unsigned>(bit % 32);

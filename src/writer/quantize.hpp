@@ -43,8 +43,8 @@ struct WeightArgs {
   unsigned num_bits = 4;
   QuantStrategy strategy = QuantStrategy::group;  ///< tensor, channel, group, block, tensor_group
   bool symmetric = true;
-  uint64_t group_size = 128;                      ///< group / tensor_group
-  uint64_t block_rows = 128, block_cols = 128;    ///< block
+  uint64_t group_size = 128;                    ///< group / tensor_group
+  uint64_t block_rows = 128, block_cols = 128;  ///< block
   /// FLOAT 4-bit with a float8 scale (nvfp4): `scale_dtype = torch.float8_e4m3fn`.
   bool fp8_scale = false;
 };
@@ -58,10 +58,10 @@ uint64_t scale_index(const WeightArgs& a, uint64_t cols, uint64_t r, uint64_t c)
 std::pair<float, float> quant_range(const WeightArgs& a) noexcept;
 
 struct QParams {
-  Shape shape;                   ///< scale_shape()
-  std::vector<float> scale;      ///< values exact in D (nvfp4: exact float8 e4m3 values)
-  std::vector<float> zero_point; ///< asymmetric only: integers in the quantized range
-  float global_scale = 0.f;      ///< tensor_group (nvfp4) only, fp32
+  Shape shape;                    ///< scale_shape()
+  std::vector<float> scale;       ///< values exact in D (nvfp4: exact float8 e4m3 values)
+  std::vector<float> zero_point;  ///< asymmetric only: integers in the quantized range
+  float global_scale = 0.f;       ///< tensor_group (nvfp4) only, fp32
 };
 
 /// {min, max} of n values (plain comparisons; the caller rejects NaN beforehand).

@@ -86,8 +86,8 @@ BufferSource::BufferSource(std::vector<Entry> entries, Fetch fetch, Model model)
     if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
         name.find('\0') != std::string::npos || name == "config.json" || name.ends_with(".safetensors") ||
         name.ends_with(".safetensors.index.json"))
-      fail(ErrorKind::invalid_argument, "memory", "", "extra file name '" + name +
-           "' is not a plain file name beside the weights (or is one the writer writes)");
+      fail(ErrorKind::invalid_argument, "memory", "",
+           "extra file name '" + name + "' is not a plain file name beside the weights (or is one the writer writes)");
 }
 
 void BufferSource::read(size_t i, uint64_t r0, uint64_t r1, std::span<std::byte> out, DType dtype) {
@@ -98,8 +98,9 @@ void BufferSource::read(size_t i, uint64_t r0, uint64_t r1, std::span<std::byte>
     bytes_ = fetch_(i);
     cached_ = i;
     if (bytes_.size() != t.parts[0].nbytes)
-      fail(ErrorKind::invalid_argument, "memory", t.name, "holds " + std::to_string(bytes_.size()) + " bytes, its dtype " +
-           std::string(dtype_name(t.dtype)) + " and shape need " + std::to_string(t.parts[0].nbytes));
+      fail(ErrorKind::invalid_argument, "memory", t.name,
+           "holds " + std::to_string(bytes_.size()) + " bytes, its dtype " + std::string(dtype_name(t.dtype)) +
+               " and shape need " + std::to_string(t.parts[0].nbytes));
   }
   const auto [rows, row_elems] = rows_of(t);
   if (r0 > r1 || r1 > rows) fail(ErrorKind::internal, "memory", t.name, "row range out of bounds");
@@ -112,8 +113,8 @@ void BufferSource::read(size_t i, uint64_t r0, uint64_t r1, std::span<std::byte>
     return;
   }
   if (!is_float_output(dtype) || !is_float(t.dtype))
-    fail(ErrorKind::invalid_argument, "memory", t.name, "cannot convert " + std::string(dtype_name(t.dtype)) + " to " +
-         std::string(dtype_name(dtype)));
+    fail(ErrorKind::invalid_argument, "memory", t.name,
+         "cannot convert " + std::string(dtype_name(t.dtype)) + " to " + std::string(dtype_name(dtype)));
   if (is_float_output(t.dtype)) {
     codecs::convert(t.dtype, bytes_.data() + first * dtype_bits(t.dtype) / 8, dtype, out.data(), n);
     return;

@@ -14,16 +14,16 @@
 
 static int g_pass = 0, g_fail = 0;
 
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    if (cond) {                                           \
-      ++g_pass;                                           \
-    } else {                                              \
-      ++g_fail;                                           \
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    if (cond) {                                                       \
+      ++g_pass;                                                       \
+    } else {                                                          \
+      ++g_fail;                                                       \
       fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                       \
-      fprintf(stderr, "\n");                              \
-    }                                                     \
+      fprintf(stderr, __VA_ARGS__);                                   \
+      fprintf(stderr, "\n");                                          \
+    }                                                                 \
   } while (0)
 
 static int is_nan(ctstream_dtype d, const unsigned char* p) {
@@ -50,8 +50,8 @@ static int same_values(ctstream_dtype d, const unsigned char* a, const unsigned 
   return 1;
 }
 
-static unsigned char* decode_alloc(ctstream_checkpoint* ck, const char* name, ctstream_dtype d,
-                                   const ctstream_slice* s, uint64_t* bytes) {
+static unsigned char* decode_alloc(ctstream_checkpoint* ck, const char* name, ctstream_dtype d, const ctstream_slice* s,
+                                   uint64_t* bytes) {
   *bytes = 0;
   if (ctstream_decoded_size(ck, name, d, s, bytes) != CTSTREAM_OK) return NULL;
   unsigned char* buf = malloc(*bytes ? *bytes : 1);
@@ -85,7 +85,8 @@ static void compare_case(const char* dir, const char* ref_name, ctstream_io_mode
     rc = ctstream_find(ck, rt.name, &t);
     CHECK(rc == CTSTREAM_OK, "%s: %s missing: %s", dir, rt.name, ctstream_last_error());
     if (rc != CTSTREAM_OK) continue;
-    CHECK(t.ndim == rt.ndim && memcmp(t.shape, rt.shape, rt.ndim * sizeof(uint64_t)) == 0, "%s: %s shape", dir, rt.name);
+    CHECK(t.ndim == rt.ndim && memcmp(t.shape, rt.shape, rt.ndim * sizeof(uint64_t)) == 0, "%s: %s shape", dir,
+          rt.name);
     uint64_t nw = 0, ng = 0;
     unsigned char* want = decode_alloc(ref, rt.name, rt.dtype, NULL, &nw);
     unsigned char* got = decode_alloc(ck, rt.name, rt.dtype, NULL, &ng);
@@ -176,11 +177,13 @@ static void test_errors(const char* fixtures) {
   rc = ctstream_decode_into(ck, name, buf, bytes - 1, CTSTREAM_BF16, NULL, &written);
   CHECK(rc == CTSTREAM_ERR_BUFFER_TOO_SMALL && written == 0, "short buffer: rc %d", rc);
   CHECK(strlen(ctstream_last_error()) > 0, "message for a short buffer");
-  CHECK(ctstream_decode_into(ck, name, NULL, bytes, CTSTREAM_BF16, NULL, NULL) == CTSTREAM_ERR_INVALID_ARGUMENT, "NULL out");
+  CHECK(ctstream_decode_into(ck, name, NULL, bytes, CTSTREAM_BF16, NULL, NULL) == CTSTREAM_ERR_INVALID_ARGUMENT,
+        "NULL out");
   CHECK(ctstream_decode_into(ck, name, buf, bytes, (ctstream_dtype)99, NULL, NULL) == CTSTREAM_ERR_INVALID_ARGUMENT,
         "dtype out of range");
-  CHECK(ctstream_decode_into(ck, name, buf, bytes, CTSTREAM_DTYPE_INVALID_, NULL, NULL) == CTSTREAM_ERR_INVALID_ARGUMENT,
-        "negative dtype");
+  CHECK(
+      ctstream_decode_into(ck, name, buf, bytes, CTSTREAM_DTYPE_INVALID_, NULL, NULL) == CTSTREAM_ERR_INVALID_ARGUMENT,
+      "negative dtype");
   CHECK(strcmp(ctstream_dtype_name((ctstream_dtype)99), "?") == 0 && ctstream_dtype_bits((ctstream_dtype)-3) == 0,
         "names of dtypes out of range");
   rc = ctstream_decode_into(ck, name, buf, bytes, CTSTREAM_I32, NULL, NULL);
@@ -190,7 +193,8 @@ static void test_errors(const char* fixtures) {
   CHECK(ctstream_decode_into(ck, name, buf, bytes, CTSTREAM_BF16, &bad, NULL) != CTSTREAM_OK, "slice dim (decode)");
   ctstream_slice clamp = {0, 2, UINT64_MAX};
   CHECK(ctstream_decoded_size(ck, name, CTSTREAM_BF16, &clamp, &bytes) == CTSTREAM_OK &&
-            bytes == (t.shape[0] - 2) * t.shape[1] * 2, "stop clamps to the dimension");
+            bytes == (t.shape[0] - 2) * t.shape[1] * 2,
+        "stop clamps to the dimension");
   free(buf);
   ctstream_close(ck);
   ctstream_close(NULL);
@@ -282,8 +286,10 @@ static void test_hostile(const char* fixtures) {
       const char* got = ctstream_status_name(st);
       CHECK(strcmp(got, kind) == 0, "hostile %s (%s): status %s, want %s: %s", name, io ? "pread" : "mmap", got, kind,
             ctstream_last_error());
-      CHECK(opened == (strcmp(stage, "decode") == 0), "hostile %s: refused at the wrong stage (%s)", name, ctstream_last_error());
-      if (st != CTSTREAM_OK) CHECK(strstr(ctstream_last_error(), "/") != NULL, "hostile %s: message names no file", name);
+      CHECK(opened == (strcmp(stage, "decode") == 0), "hostile %s: refused at the wrong stage (%s)", name,
+            ctstream_last_error());
+      if (st != CTSTREAM_OK)
+        CHECK(strstr(ctstream_last_error(), "/") != NULL, "hostile %s: message names no file", name);
       ctstream_close(ck);
     }
   }

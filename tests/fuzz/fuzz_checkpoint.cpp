@@ -51,8 +51,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   std::error_code ec;
   fs::remove(dir / "config.json", ec);
-  if (kConfigCases[sel]) fs::copy_file(fs::path(CTSTREAM_FIXTURES) / "ct" / kConfigCases[sel] / "config.json",
-                                       dir / "config.json", fs::copy_options::overwrite_existing);
+  if (kConfigCases[sel])
+    fs::copy_file(fs::path(CTSTREAM_FIXTURES) / "ct" / kConfigCases[sel] / "config.json", dir / "config.json",
+                  fs::copy_options::overwrite_existing);
   for (auto io : {ctstream::IoMode::mmap, ctstream::IoMode::pread}) {
     try {
       ctstream::OpenOptions o;
@@ -66,8 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           buf.resize(t.decoded_bytes(d));
           try {
             ck.decode_into(t, buf, ctstream::is_float_output(t.dtype) || t.quantized ? d : t.dtype);
-            if (t.shape.size() == 2 && t.shape[1] > 2)
-              ck.decode_into(t, buf, d, ctstream::Slice{1, 1, t.shape[1] - 1});
+            if (t.shape.size() == 2 && t.shape[1] > 2) ck.decode_into(t, buf, d, ctstream::Slice{1, 1, t.shape[1] - 1});
           } catch (const ctstream::Error&) {
           }
         }

@@ -43,7 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::vector<std::byte> cols(R * (d - c) * esz);
         ck.decode_into(t, cols, out, Slice{1, c, d});
         for (uint64_t r = 0; r < R; ++r)
-          if (d > c && std::memcmp(cols.data() + r * (d - c) * esz, whole.data() + (r * C + c) * esz, (d - c) * esz) != 0)
+          if (d > c &&
+              std::memcmp(cols.data() + r * (d - c) * esz, whole.data() + (r * C + c) * esz, (d - c) * esz) != 0)
             __builtin_trap();
       } catch (const Error&) {
       }

@@ -1,6 +1,6 @@
 // libFuzzer target: the same structured checkpoints as fuzz_decode, decoded once per instruction
-// set this CPU supports (scalar, AVX2, AVX-512 on x86-64; scalar, NEON on AArch64): every ISA must produce the same bytes (NaN
-// payloads aside, see same()), or the same error kind.
+// set this CPU supports (scalar, AVX2, AVX-512 on x86-64; scalar, NEON on AArch64): every ISA must produce the same
+// bytes (NaN payloads aside, see same()), or the same error kind.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -82,11 +82,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t k = 1; k < results.size(); ++k) {
       size_t at = 0;
       if (results[k].error != results[0].error || !same(out, results[k].bytes, results[0].bytes, &at)) {
-        std::fprintf(stderr, "ISA %zu differs from scalar on %s (%s, shape", k, t.name.c_str(), std::string(format_name(t.format)).c_str());
+        std::fprintf(stderr, "ISA %zu differs from scalar on %s (%s, shape", k, t.name.c_str(),
+                     std::string(format_name(t.format)).c_str());
         for (auto d : t.shape) std::fprintf(stderr, " %llu", static_cast<unsigned long long>(d));
-        std::fprintf(stderr, ") out %s: errors %d/%d, first differing byte %zu of %zu\n", std::string(dtype_name(out)).c_str(),
-                     results[0].error ? static_cast<int>(*results[0].error) : -1, results[k].error ? static_cast<int>(*results[k].error) : -1,
-                     at, results[0].bytes.size());
+        std::fprintf(stderr, ") out %s: errors %d/%d, first differing byte %zu of %zu\n",
+                     std::string(dtype_name(out)).c_str(), results[0].error ? static_cast<int>(*results[0].error) : -1,
+                     results[k].error ? static_cast<int>(*results[k].error) : -1, at, results[0].bytes.size());
         __builtin_trap();
       }
     }

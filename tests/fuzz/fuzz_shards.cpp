@@ -27,9 +27,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   fz::write_file(dir / "model.safetensors.index.json", in.take(in.left()));
   if (head & 0x80)
-    fz::write_file(dir / "config.json",
-                   "{\"quantization_config\":{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\","
-                   "\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":4,\"group_size\":8}}}}}");
+    fz::write_file(
+        dir / "config.json",
+        "{\"quantization_config\":{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\","
+        "\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":4,\"group_size\":8}}}}}");
   for (auto io : {ctstream::IoMode::mmap, ctstream::IoMode::pread}) {
     try {
       ctstream::OpenOptions o;

@@ -11,8 +11,8 @@
 // A refusal (NaN / Inf in a quantized weight, a group size that does not divide) must be a
 // ctstream::Error and leave no output directory.
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -40,7 +40,9 @@ float from_bits(DType d, const std::string& raw, size_t i) {
   }
   // F16 -> F32
   const uint32_t s = (h >> 15) & 1, e = (h >> 10) & 0x1F, m = h & 0x3FF;
-  float v = e == 0 ? std::ldexp(static_cast<float>(m), -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(static_cast<float>(m | 0x400), static_cast<int>(e) - 25);
+  float v = e == 0    ? std::ldexp(static_cast<float>(m), -24)
+            : e == 31 ? (m ? NAN : INFINITY)
+                      : std::ldexp(static_cast<float>(m | 0x400), static_cast<int>(e) - 25);
   return s ? -v : v;
 }
 }  // namespace
@@ -60,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 0:
       o.format = Format::pack_quantized;
       bits = o.num_bits = 1 + in.below(8);
-      o.strategy = std::vector<QuantStrategy>{QuantStrategy::tensor, QuantStrategy::channel, QuantStrategy::group}[in.below(3)];
+      o.strategy =
+          std::vector<QuantStrategy>{QuantStrategy::tensor, QuantStrategy::channel, QuantStrategy::group}[in.below(3)];
       o.group_size = 1u << in.below(6);
       o.symmetric = in.chance(50);
       break;
@@ -74,7 +77,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 2:
       o.format = Format::float_quantized;
-      o.strategy = std::vector<QuantStrategy>{QuantStrategy::tensor, QuantStrategy::channel, QuantStrategy::block}[in.below(3)];
+      o.strategy =
+          std::vector<QuantStrategy>{QuantStrategy::tensor, QuantStrategy::channel, QuantStrategy::block}[in.below(3)];
       o.block_rows = 1 + in.below(16), o.block_cols = 1 + in.below(16);
       break;
     case 3: o.format = Format::nvfp4_pack_quantized; break;
@@ -117,7 +121,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case Format::sparse_24_bitmask: return 0;
       default: break;
     }
-    const QuantStrategy s = o.strategy.value_or(o.format == Format::pack_quantized ? QuantStrategy::group : QuantStrategy::channel);
+    const QuantStrategy s =
+        o.strategy.value_or(o.format == Format::pack_quantized ? QuantStrategy::group : QuantStrategy::channel);
     if (s == QuantStrategy::tensor) return 0;
     if (s == QuantStrategy::channel) return r;
     if (s == QuantStrategy::group) return r * C + c / o.group_size;
@@ -151,18 +156,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (o.format == Format::float_quantized)  // relative 2^-4, subnormal steps of scale * 2^-9
         bound = 0.14 * std::fabs(xi) + std::max(amax_g / 448, eps) * 0x1p-9 + 1e-30;
       else if (o.format == Format::nvfp4_pack_quantized)  // a global scale that overflows the dtype
-        bound = std::max(0.2 * amax_g + amax_t / 2000, std::min<double>(std::fabs(xi), 0.04)) + 0.02 * std::fabs(xi) + 1e-30;
+        bound = std::max(0.2 * amax_g + amax_t / 2000, std::min<double>(std::fabs(xi), 0.04)) + 0.02 * std::fabs(xi) +
+                1e-30;
       else {  // the observer's range always includes 0 (calculate_qparams clamps min <= 0 <= max),
               // and a scale is never below the dtype's eps (torch.finfo(dtype).eps, same clamp)
-        const double range = o.symmetric ? 2 * amax_g : std::max(0.0, static_cast<double>(hi[g])) - std::min(0.0, static_cast<double>(lo[g]));
+        const double range =
+            o.symmetric ? 2 * amax_g
+                        : std::max(0.0, static_cast<double>(hi[g])) - std::min(0.0, static_cast<double>(lo[g]));
         bound = 1.5 * std::max(range / ((1u << bits) - 1), eps) + 0.016 * std::fabs(xi) + 1e-30;
       }
       if (!(err <= bound)) {
-        std::fprintf(stderr, "%s bits %u sym %d strategy %d gs %llu block %llux%llu dtype %s [%llu,%llu] at (%llu,%llu): x %g y %g err %g bound %g group [%g, %g]\n",
-                     std::string(format_name(o.format)).c_str(), bits, o.symmetric, o.strategy ? static_cast<int>(*o.strategy) : -1,
-                     (unsigned long long)o.group_size, (unsigned long long)o.block_rows, (unsigned long long)o.block_cols,
-                     std::string(dtype_name(dt)).c_str(), (unsigned long long)R, (unsigned long long)C, (unsigned long long)r,
-                     (unsigned long long)c, xi, yi, err, bound, lo[g], hi[g]);
+        std::fprintf(stderr,
+                     "%s bits %u sym %d strategy %d gs %llu block %llux%llu dtype %s [%llu,%llu] at (%llu,%llu): x %g "
+                     "y %g err %g bound %g group [%g, %g]\n",
+                     std::string(format_name(o.format)).c_str(), bits, o.symmetric,
+                     o.strategy ? static_cast<int>(*o.strategy) : -1, (unsigned long long)o.group_size,
+                     (unsigned long long)o.block_rows, (unsigned long long)o.block_cols,
+                     std::string(dtype_name(dt)).c_str(), (unsigned long long)R, (unsigned long long)C,
+                     (unsigned long long)r, (unsigned long long)c, xi, yi, err, bound, lo[g], hi[g]);
         __builtin_trap();
       }
     }

@@ -67,8 +67,9 @@ inline std::string safetensors_file(const std::vector<Part>& parts) {
   std::string h = "{", data;
   for (size_t i = 0; i < parts.size(); ++i) {
     const auto& p = parts[i];
-    h += (i ? "," : "") + std::string("\"") + p.key + "\":{\"dtype\":\"" + p.dtype + "\",\"shape\":" + shape_json(p.shape) +
-         ",\"data_offsets\":[" + std::to_string(data.size()) + "," + std::to_string(data.size() + p.data.size()) + "]}";
+    h += (i ? "," : "") + std::string("\"") + p.key + "\":{\"dtype\":\"" + p.dtype +
+         "\",\"shape\":" + shape_json(p.shape) + ",\"data_offsets\":[" + std::to_string(data.size()) + "," +
+         std::to_string(data.size() + p.data.size()) + "]}";
     data += p.data;
   }
   h += "}";
@@ -156,8 +157,10 @@ inline Checkpoint structured(Bytes& in) {
         ck.parts.push_back({M + ".row_offsets", "I64", {R}, i64s(offsets)});
       }
       const std::string fmt = is24 ? "sparse-24-bitmask" : "sparse-bitmask";
-      std::string cfg = "{\"quantization_config\":{\"quant_method\":\"compressed-tensors\",\"version\":\"0.12.2\","
-                        "\"sparsity_config\":{\"format\":\"" + fmt + "\",\"targets\":[\"Linear\"]}";
+      std::string cfg =
+          "{\"quantization_config\":{\"quant_method\":\"compressed-tensors\",\"version\":\"0.12.2\","
+          "\"sparsity_config\":{\"format\":\"" +
+          fmt + "\",\"targets\":[\"Linear\"]}";
       if (quant) {
         const bool channel = in.chance(50);
         add("weight_scale", sdt, channel ? std::vector<uint64_t>{R, 1} : std::vector<uint64_t>{1});
@@ -190,7 +193,8 @@ inline Checkpoint structured(Bytes& in) {
       }
       if (strategy == 2 && in.chance(25)) {
         std::vector<int32_t> g(C);
-        for (uint64_t j = 0; j < C; ++j) g[j] = in.chance(3) ? static_cast<int32_t>(in.below(9)) - 1 : static_cast<int32_t>(j / gs);
+        for (uint64_t j = 0; j < C; ++j)
+          g[j] = in.chance(3) ? static_cast<int32_t>(in.below(9)) - 1 : static_cast<int32_t>(j / gs);
         std::string d(C * 4, '\0');
         if (C) std::memcpy(d.data(), g.data(), d.size());
         ck.parts.push_back({M + ".weight_g_idx", "I32", {C}, d});
@@ -254,8 +258,9 @@ inline Checkpoint structured(Bytes& in) {
 /// A scratch directory for one fuzzing process (tmpfs when available: the targets write files).
 inline const std::filesystem::path& scratch_dir(const char* tag) {
   static const std::filesystem::path d = [tag] {
-    const std::filesystem::path base =
-        std::filesystem::is_directory("/dev/shm") ? std::filesystem::path("/dev/shm") : std::filesystem::temp_directory_path();
+    const std::filesystem::path base = std::filesystem::is_directory("/dev/shm")
+                                           ? std::filesystem::path("/dev/shm")
+                                           : std::filesystem::temp_directory_path();
     auto p = base / (std::string("ctstream-fuzz-") + tag + "-" + std::to_string(::getpid()));
     std::filesystem::create_directories(p);
     return p;

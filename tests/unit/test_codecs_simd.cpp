@@ -111,7 +111,8 @@ TEST_CASE("SIMD bitmask expand on random rows ending exactly at the guard page",
     for (Isa isa : simd_isas()) {
       INFO(codecs::isa_name(isa) << " elem=" << esz << " cols=" << cols << " trial=" << trial);
       std::vector<unsigned char> got(cols * esz + 64, 0xAB);
-      REQUIRE(codecs::bitmask_expand_kernel(esz, isa)(gmask.get<uint8_t>(), gvalues.get<void>(), cols, got.data()) == count);
+      REQUIRE(codecs::bitmask_expand_kernel(esz, isa)(gmask.get<uint8_t>(), gvalues.get<void>(), cols, got.data()) ==
+              count);
       REQUIRE(std::memcmp(want.data(), got.data(), want.size()) == 0);
     }
   }
@@ -126,9 +127,9 @@ float random_scale(std::mt19937_64& rng) {
   const uint32_t r = static_cast<uint32_t>(rng());
   const float sign = (r & 1) ? -1.f : 1.f;
   switch ((r >> 1) % 12) {
-    case 0: return sign * std::ldexp(1.f + u(rng), 126);           // x * lut overflows f32
-    case 1: return sign * (1e4f + 1e5f * u(rng));                  // f16 overflow / near max
-    case 2: return sign * std::ldexp(1.f + u(rng), -20 - int(rng() % 8));  // f16 subnormals
+    case 0: return sign * std::ldexp(1.f + u(rng), 126);                     // x * lut overflows f32
+    case 1: return sign * (1e4f + 1e5f * u(rng));                            // f16 overflow / near max
+    case 2: return sign * std::ldexp(1.f + u(rng), -20 - int(rng() % 8));    // f16 subnormals
     case 3: return sign * std::ldexp(1.f + u(rng), -130 - int(rng() % 14));  // bf16 / f32 subnormals
     case 4: return codecs::f32_from_bits((static_cast<uint32_t>(rng()) & 0xFFFF0000u) | 0x8000u);  // bf16 ties
     case 5: return codecs::f32_from_bits((static_cast<uint32_t>(rng()) & 0xFFFFE000u) | 0x1000u);  // f16 ties
@@ -163,7 +164,8 @@ TEST_CASE("SIMD fused nibble dequant equals the scalar reference", "[codecs][sim
   for (auto& f : rand_lut) f = std::normal_distribution<float>(0.f, 3.f)(rng);
   const std::vector<std::vector<float>> luts = {int4_lut(), fp4_lut(), rand_lut};
   const DType types[] = {DType::BF16, DType::F16, DType::F32};
-  const size_t col_list[] = {1, 2, 3, 5, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 100, 127, 128, 129, 255, 301, 1001};
+  const size_t col_list[] = {1,  2,  3,  5,  15,  16,  17,  31,  32,  33,  47,
+                             48, 63, 64, 65, 100, 127, 128, 129, 255, 301, 1001};
   const auto ref = codecs::dequant_nibble_kernel(Isa::scalar);
   int calls = 0;
   for (uint64_t gs : {uint64_t(1), uint64_t(3), uint64_t(16), uint64_t(24), uint64_t(32), uint64_t(48), uint64_t(100),
@@ -175,7 +177,8 @@ TEST_CASE("SIMD fused nibble dequant equals the scalar reference", "[codecs][sim
       for (auto& b : packed) b = static_cast<uint8_t>(rng());
       std::vector<float> scale(ngroups), zp(ngroups);
       for (auto& s : scale) s = random_scale(rng);
-      for (auto& z : zp) z = (rng() % 4) ? static_cast<float>(rng() % 16) : std::normal_distribution<float>(0.f, 4.f)(rng);
+      for (auto& z : zp)
+        z = (rng() % 4) ? static_cast<float>(rng() % 16) : std::normal_distribution<float>(0.f, 4.f)(rng);
       const Guarded gpacked(packed.data(), packed.size()), gscale(scale.data(), scale.size() * 4),
           gzp(zp.data(), zp.size() * 4);
       for (const auto& lut : luts) {
@@ -191,14 +194,14 @@ TEST_CASE("SIMD fused nibble dequant equals the scalar reference", "[codecs][sim
               for (Isa isa : simd_isas()) {
                 std::vector<unsigned char> got(cols * osz + 64, 0xAB);
                 codecs::dequant_nibble_kernel(isa)(gpacked.get<uint8_t>(), cols, glut.get<float>(), gscale.get<float>(),
-                                                  zptr, spec, got.data());
+                                                   zptr, spec, got.data());
                 ++calls;
                 if (std::memcmp(want.data(), got.data(), want.size()) != 0) {
                   size_t bad = 0;
                   while (want[bad] == got[bad]) ++bad;
-                  FAIL_CHECK(codecs::isa_name(isa) << " " << dtype_name(nat) << "->" << dtype_name(out) << " gs=" << g
-                                                   << " cols=" << cols << " zp=" << with_zp << " lut[1]=" << lut[1]
-                                                   << " first differing column " << bad / osz);
+                  FAIL_CHECK(codecs::isa_name(isa)
+                             << " " << dtype_name(nat) << "->" << dtype_name(out) << " gs=" << g << " cols=" << cols
+                             << " zp=" << with_zp << " lut[1]=" << lut[1] << " first differing column " << bad / osz);
                 }
               }
             }
@@ -218,7 +221,8 @@ TEST_CASE("SIMD fused nibble dequant on long rows hits every group position", "[
   std::vector<uint8_t> packed((cols + 1) / 2);
   for (auto& b : packed) b = static_cast<uint8_t>(rng());
   const auto ref = codecs::dequant_nibble_kernel(Isa::scalar);
-  for (uint64_t gs : {uint64_t(16), uint64_t(32), uint64_t(48), uint64_t(64), uint64_t(80), uint64_t(128), uint64_t(4099)}) {
+  for (uint64_t gs :
+       {uint64_t(16), uint64_t(32), uint64_t(48), uint64_t(64), uint64_t(80), uint64_t(128), uint64_t(4099)}) {
     const size_t ngroups = (cols + gs - 1) / gs;
     std::vector<float> scale(ngroups), zp(ngroups);
     for (auto& s : scale) s = random_scale(rng);
@@ -235,7 +239,7 @@ TEST_CASE("SIMD fused nibble dequant on long rows hits every group position", "[
         for (Isa isa : simd_isas()) {
           std::vector<unsigned char> got(cols * osz + 64, 0xAB);
           codecs::dequant_nibble_kernel(isa)(gpacked.get<uint8_t>(), cols, lut.data(), gscale.get<float>(), zptr, spec,
-                                            got.data());
+                                             got.data());
           INFO(codecs::isa_name(isa) << " out=" << dtype_name(out) << " gs=" << gs << " zp=" << with_zp);
           REQUIRE(std::memcmp(want.data(), got.data(), want.size()) == 0);
         }
@@ -267,12 +271,14 @@ TEST_CASE("Fused 8-bit dequant (int8, fp8 E4M3): scalar equals the generic kerne
         const uint64_t g = gs ? gs : cols;
         const size_t ngroups = (cols + g - 1) / g;
         std::vector<uint8_t> codes(cols);
-        for (size_t j = 0; j < cols; ++j) codes[j] = static_cast<uint8_t>(cols >= 256 && j < 512 ? j * 97 + rng() % 2 : rng());
+        for (size_t j = 0; j < cols; ++j)
+          codes[j] = static_cast<uint8_t>(cols >= 256 && j < 512 ? j * 97 + rng() % 2 : rng());
         std::vector<float> scale(ngroups), zp(ngroups), x(cols);
         for (auto& s : scale) s = random_scale(rng);
         for (auto& z : zp) z = static_cast<float>(static_cast<int>(rng() % 256) - 128);
         for (size_t j = 0; j < cols; ++j)
-          x[j] = code == codecs::ByteCode::i8 ? static_cast<float>(static_cast<int8_t>(codes[j])) : codecs::e4m3_to_f32(codes[j]);
+          x[j] = code == codecs::ByteCode::i8 ? static_cast<float>(static_cast<int8_t>(codes[j]))
+                                              : codecs::e4m3_to_f32(codes[j]);
         const Guarded gcodes(codes.data(), codes.size()), gscale(scale.data(), scale.size() * 4),
             gzp(zp.data(), zp.size() * 4);
         for (bool with_zp : {false, true}) {
@@ -286,14 +292,16 @@ TEST_CASE("Fused 8-bit dequant (int8, fp8 E4M3): scalar equals the generic kerne
               ref(gcodes.get<uint8_t>(), cols, code, gscale.get<float>(), zptr, spec, nullptr, want.data());
               codecs::dequant_f32_row(x.data(), cols, scale.data(), with_zp ? zp.data() : nullptr, nullptr, spec,
                                       codecs::Isa::scalar, generic.data());
-              INFO((code == codecs::ByteCode::i8 ? "i8 " : "e4m3 ") << dtype_name(nat) << "->" << dtype_name(out)
-                                                                   << " gs=" << g << " cols=" << cols << " zp=" << with_zp);
+              INFO((code == codecs::ByteCode::i8 ? "i8 " : "e4m3 ")
+                   << dtype_name(nat) << "->" << dtype_name(out) << " gs=" << g << " cols=" << cols
+                   << " zp=" << with_zp);
               // A NaN code times a NaN scale is NaN, but which operand's NaN comes out depends on
               // instruction operand order (in scalar code, the compiler's choice): there only
               // NaN-ness is required. Everything else, and the bytes past the row, exact.
               auto first_difference = [&](const std::vector<unsigned char>& got) -> size_t {
                 auto is_nan = [&](const unsigned char* b) {
-                  if (osz == 4) return std::isnan(codecs::f32_from_bits(b[0] | b[1] << 8 | b[2] << 16 | uint32_t(b[3]) << 24));
+                  if (osz == 4)
+                    return std::isnan(codecs::f32_from_bits(b[0] | b[1] << 8 | b[2] << 16 | uint32_t(b[3]) << 24));
                   const uint16_t h = static_cast<uint16_t>(b[0] | b[1] << 8);
                   return out == DType::BF16 ? (h & 0x7FFF) > 0x7F80 : (h & 0x7FFF) > 0x7C00;
                 };
@@ -306,17 +314,18 @@ TEST_CASE("Fused 8-bit dequant (int8, fp8 E4M3): scalar equals the generic kerne
                 return SIZE_MAX;
               };
               REQUIRE(first_difference(generic) == SIZE_MAX);
-              for (Isa isa : simd_isas()) for (int pass = 0; pass < 3; ++pass) {  // no memo, memo built, memo hit
-                std::vector<unsigned char> got(cols * osz + 64, 0xAB);
-                codecs::dequant_byte_kernel(isa)(gcodes.get<uint8_t>(), cols, code, gscale.get<float>(), zptr, spec,
-                                                 pass ? memo.data() : nullptr, got.data());
-                ++calls;
-                INFO(codecs::isa_name(isa) << " pass " << pass);
-                const size_t bad = first_difference(got);
-                if (bad != SIZE_MAX)
-                  FAIL_CHECK("column " << bad << " differs (code 0x" << std::hex << int(codes[bad < cols ? bad : 0])
-                                       << std::dec << ")");
-              }
+              for (Isa isa : simd_isas())
+                for (int pass = 0; pass < 3; ++pass) {  // no memo, memo built, memo hit
+                  std::vector<unsigned char> got(cols * osz + 64, 0xAB);
+                  codecs::dequant_byte_kernel(isa)(gcodes.get<uint8_t>(), cols, code, gscale.get<float>(), zptr, spec,
+                                                   pass ? memo.data() : nullptr, got.data());
+                  ++calls;
+                  INFO(codecs::isa_name(isa) << " pass " << pass);
+                  const size_t bad = first_difference(got);
+                  if (bad != SIZE_MAX)
+                    FAIL_CHECK("column " << bad << " differs (code 0x" << std::hex << int(codes[bad < cols ? bad : 0])
+                                         << std::dec << ")");
+                }
             }
           }
         }
@@ -351,11 +360,11 @@ TEST_CASE("Fused 8-bit dequant: the table memo never serves a table of another k
     const std::vector<float>* zp;
   };
   const auto I8 = codecs::ByteCode::i8, E4 = codecs::ByteCode::e4m3;
-  const Call calls[] = {{E4, DType::BF16, DType::BF16, &a, nullptr},  {E4, DType::BF16, DType::BF16, &a, nullptr},
-                        {E4, DType::BF16, DType::BF16, &b, nullptr},  {E4, DType::BF16, DType::BF16, &a1, nullptr},
-                        {E4, DType::BF16, DType::F16, &a1, nullptr},  {E4, DType::F16, DType::F16, &a1, nullptr},
-                        {I8, DType::F16, DType::F16, &a1, nullptr},   {I8, DType::F16, DType::F16, &a1, &zp0},
-                        {I8, DType::F16, DType::F16, &a1, &zp1},      {I8, DType::BF16, DType::BF16, &a1, &zp1},
+  const Call calls[] = {{E4, DType::BF16, DType::BF16, &a, nullptr}, {E4, DType::BF16, DType::BF16, &a, nullptr},
+                        {E4, DType::BF16, DType::BF16, &b, nullptr}, {E4, DType::BF16, DType::BF16, &a1, nullptr},
+                        {E4, DType::BF16, DType::F16, &a1, nullptr}, {E4, DType::F16, DType::F16, &a1, nullptr},
+                        {I8, DType::F16, DType::F16, &a1, nullptr},  {I8, DType::F16, DType::F16, &a1, &zp0},
+                        {I8, DType::F16, DType::F16, &a1, &zp1},     {I8, DType::BF16, DType::BF16, &a1, &zp1},
                         {E4, DType::BF16, DType::BF16, &a, nullptr}};
   for (Isa isa : simd_isas()) {
     std::vector<std::byte> memo(codecs::kDequantByteMemoBytes);
@@ -364,7 +373,8 @@ TEST_CASE("Fused 8-bit dequant: the table memo never serves a table of another k
       const codecs::DequantSpec spec{c.nat, c.out, gs, c.code == I8};
       const float* zp = c.zp ? c.zp->data() : nullptr;
       std::vector<unsigned char> want(cols * 2), got(cols * 2);
-      codecs::dequant_byte_kernel(Isa::scalar)(codes.data(), cols, c.code, c.scale->data(), zp, spec, nullptr, want.data());
+      codecs::dequant_byte_kernel(Isa::scalar)(codes.data(), cols, c.code, c.scale->data(), zp, spec, nullptr,
+                                               want.data());
       codecs::dequant_byte_kernel(isa)(codes.data(), cols, c.code, c.scale->data(), zp, spec, memo.data(), got.data());
       INFO(codecs::isa_name(isa) << " call " << k++);
       REQUIRE(want == got);

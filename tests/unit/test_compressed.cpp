@@ -15,7 +15,10 @@ namespace {
 
 bool is_nan(DType d, const std::byte* p) {
   uint32_t v = 0;
-  if (d == DType::F32) { std::memcpy(&v, p, 4); return std::isnan(codecs::f32_from_bits(v)); }
+  if (d == DType::F32) {
+    std::memcpy(&v, p, 4);
+    return std::isnan(codecs::f32_from_bits(v));
+  }
   uint16_t h;
   std::memcpy(&h, p, 2);
   return std::isnan(codecs::f32_from_bits(d == DType::BF16 ? codecs::bf16_to_f32(h) : codecs::f16_to_f32(h)));

@@ -25,8 +25,8 @@ Entries load(const fs::path& file) {
   std::vector<std::byte> all(f->size());
   f->read_at(0, all);
   const uint64_t n = format::parse_prefix(all, all.size(), 100'000'000, file.string());
-  const auto h = format::parse_header(std::string_view(reinterpret_cast<const char*>(all.data()) + 8, n), n,
-                                      all.size(), file.string());
+  const auto h = format::parse_header(std::string_view(reinterpret_cast<const char*>(all.data()) + 8, n), n, all.size(),
+                                      file.string());
   Entries e;
   for (const auto& x : h.entries)
     e[x.name] = {x.dtype, x.shape,
@@ -99,7 +99,8 @@ TEST_CASE("damaged sparse tensors are refused", "[ct][corrupt]") {
     expect(d, ErrorKind::corrupt_tensor, down + ".weight", "bitmask");
   }
   SECTION("row_offsets out of range") {
-    auto d = mutated(tmp, "v012_sparse_bitmask_bf16", [&](Entries& e) { set_i64(e[down + ".row_offsets"], 3, 999999); });
+    auto d =
+        mutated(tmp, "v012_sparse_bitmask_bf16", [&](Entries& e) { set_i64(e[down + ".row_offsets"], 3, 999999); });
     expect(d, ErrorKind::corrupt_tensor, down + ".weight", "row_offsets[3]");
   }
   SECTION("row_offsets not monotone") {
@@ -157,8 +158,9 @@ TEST_CASE("damaged quantized tensors are refused", "[ct][corrupt]") {
     expect(d, ErrorKind::corrupt_tensor, down + ".weight", "negative");
   }
   SECTION("scale shape not matching the config's group layout") {
-    auto d = mutated(tmp, "v020_pack_w4_g32_sym_bf16", [](Entries&) {},
-                     [](std::string& c) { c.replace(c.find("\"group_size\": 32"), 16, "\"group_size\": 16"); });
+    auto d = mutated(
+        tmp, "v020_pack_w4_g32_sym_bf16", [](Entries&) {},
+        [](std::string& c) { c.replace(c.find("\"group_size\": 32"), 16, "\"group_size\": 16"); });
     expect(d, ErrorKind::corrupt_tensor, "", "weight_scale shape");
   }
   SECTION("a missing weight_scale") {
@@ -185,8 +187,9 @@ TEST_CASE("damaged quantized tensors are refused", "[ct][corrupt]") {
     expect(d, ErrorKind::corrupt_tensor, down + ".weight", "weight_g_idx");
   }
   SECTION("keys contradict the config: a quantized module the config ignores") {
-    auto d = mutated(tmp, "v020_pack_w4_g32_sym_bf16", [](Entries&) {},
-                     [&](std::string& c) { c.replace(c.find("\"lm_head\""), 9, "\"" + down + "\""); });
+    auto d = mutated(
+        tmp, "v020_pack_w4_g32_sym_bf16", [](Entries&) {},
+        [&](std::string& c) { c.replace(c.find("\"lm_head\""), 9, "\"" + down + "\""); });
     expect(d, ErrorKind::corrupt_tensor, down + ".weight", "no config group targeting");
   }
   SECTION("nvfp4 without its global scale") {
@@ -194,13 +197,16 @@ TEST_CASE("damaged quantized tensors are refused", "[ct][corrupt]") {
     expect(d, ErrorKind::corrupt_tensor, down + ".weight", "global_scale");
   }
   SECTION("config.json that is not JSON") {
-    auto d = mutated(tmp, "v020_pack_w4_g32_sym_bf16", [](Entries&) {}, [](std::string& c) { c = "{ nope"; });
+    auto d = mutated(
+        tmp, "v020_pack_w4_g32_sym_bf16", [](Entries&) {}, [](std::string& c) { c = "{ nope"; });
     expect(d, ErrorKind::invalid_config, "", "not valid JSON");
   }
   SECTION("an unknown compression format") {
-    auto d = mutated(tmp, "v020_pack_w4_g32_sym_bf16", [](Entries&) {}, [](std::string& c) {
-      c.replace(c.find("\"format\": \"pack-quantized\""), 26, "\"format\": \"zip-quantized\" ");
-    });
+    auto d = mutated(
+        tmp, "v020_pack_w4_g32_sym_bf16", [](Entries&) {},
+        [](std::string& c) {
+          c.replace(c.find("\"format\": \"pack-quantized\""), 26, "\"format\": \"zip-quantized\" ");
+        });
     expect(d, ErrorKind::invalid_config, "", "zip-quantized");
   }
 }

@@ -104,8 +104,9 @@ TEST_CASE("scalar f32 narrowing equals torch on the fixture vectors", "[convert]
         std::memcpy(&w, want.data() + i * esz, esz);
         const DType out = dd;  // (a lambda may not capture a structured binding before C++20 in clang 14)
         auto as_f32 = [out](uint32_t v) {
-          return codecs::f32_from_bits(out == DType::F32 ? v : out == DType::BF16 ? codecs::bf16_to_f32(uint16_t(v))
-                                                                                  : codecs::f16_to_f32(uint16_t(v)));
+          return codecs::f32_from_bits(out == DType::F32    ? v
+                                       : out == DType::BF16 ? codecs::bf16_to_f32(uint16_t(v))
+                                                            : codecs::f16_to_f32(uint16_t(v)));
         };
         INFO(sn << "->" << dn << " element " << i << " got 0x" << std::hex << g << " want 0x" << w);
         // torch canonicalises NaN payloads differently on its scalar and vector paths; NaN-ness is

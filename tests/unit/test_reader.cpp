@@ -61,9 +61,8 @@ std::vector<std::byte> decode(const Checkpoint& c, const std::string& name, DTyp
 
 TEST_CASE("slices along any dim equal slicing the full decode", "[reader][slice][dispatch]") {
   th::TempDir tmp("slice");
-  auto p = write(tmp.path / "m.safetensors",
-                 {make("w3", DType::F32, {5, 7, 9}, 1), make("w2", DType::BF16, {33, 17}, 2),
-                  make("i2", DType::I32, {6, 4}, 3)});
+  auto p = write(tmp.path / "m.safetensors", {make("w3", DType::F32, {5, 7, 9}, 1),
+                                              make("w2", DType::BF16, {33, 17}, 2), make("i2", DType::I32, {6, 4}, 3)});
   auto ckpt = Checkpoint::open(p);
   for (const char* name : {"w3", "w2", "i2"}) {
     const auto& t = ckpt.at(name);
@@ -72,8 +71,8 @@ TEST_CASE("slices along any dim equal slicing the full decode", "[reader][slice]
       const auto full = decode(ckpt, name, out);
       const size_t esz = dtype_bits(out) / 8;
       for (unsigned dim = 0; dim < t.shape.size(); ++dim) {
-        for (auto [start, stop] : {std::pair<uint64_t, uint64_t>{0, t.shape[dim]}, {1, 3}, {t.shape[dim] - 1, 99},
-                                   {2, 2}}) {
+        for (auto [start, stop] :
+             {std::pair<uint64_t, uint64_t>{0, t.shape[dim]}, {1, 3}, {t.shape[dim] - 1, 99}, {2, 2}}) {
           INFO(name << " out " << dtype_name(out) << " dim " << dim << " [" << start << "," << stop << ")");
           const auto got = decode(ckpt, name, out, Slice{dim, start, stop});
           // The shape and size the bindings allocate by are what decode_into writes.
@@ -157,7 +156,8 @@ TEST_CASE("pread mode, mmap mode and any thread count decode identically", "[rea
 TEST_CASE("a file truncated after open gives an error, not SIGBUS", "[reader][io]") {
   th::TempDir tmp("trunc");
   for (IoMode io : {IoMode::mmap, IoMode::pread}) {
-    auto p = write(tmp.path / "m.safetensors", {make("a", DType::F32, {64, 64}, 1), make("b", DType::F32, {64, 64}, 2)});
+    auto p =
+        write(tmp.path / "m.safetensors", {make("a", DType::F32, {64, 64}, 1), make("b", DType::F32, {64, 64}, 2)});
     OpenOptions o;
     o.io = io;
     auto ckpt = Checkpoint::open(p, o);

@@ -47,7 +47,7 @@ void check_against_expected(const fs::path& ckpt_path, const fs::path& expected,
     std::vector<std::byte> got(want.size() + 8, std::byte{0x5A});
     REQUIRE(ckpt.decode_into(t, got, t.dtype) == want.size());
     REQUIRE(std::equal(want.begin(), want.end(), got.begin()));
-    REQUIRE(got[want.size()] == std::byte{0x5A});  // nothing written past the tensor
+    REQUIRE(got[want.size()] == std::byte{0x5A});             // nothing written past the tensor
     if (e.contains("f32_hex") && is_float_output(t.dtype)) {  // torch's .to(float32)
       const auto want32 = th::from_hex(e["f32_hex"]);
       std::vector<std::byte> got32(t.decoded_bytes(DType::F32));
@@ -85,13 +85,13 @@ TEST_CASE("hand-built valid layouts: unaligned data, odd order, empty tensors, n
   const fs::path dir = th::fixtures() / "st";
   for (const char* stem : {"handmade_layout", "handmade_empty"}) {
     INFO(stem);
-    check_against_expected(dir / (std::string(stem) + ".safetensors"), dir / (std::string(stem) + ".expected.json"), io);
+    check_against_expected(dir / (std::string(stem) + ".safetensors"), dir / (std::string(stem) + ".expected.json"),
+                           io);
     const auto j = th::read_json(dir / (std::string(stem) + ".expected.json"));
     auto ckpt = Checkpoint::open(dir / (std::string(stem) + ".safetensors"));
     if (j["metadata"].is_object())
       REQUIRE(ckpt.file_metadata(0) == j["metadata"].get<std::map<std::string, std::string>>());
-    else
-      REQUIRE(ckpt.file_metadata(0).empty());
+    else REQUIRE(ckpt.file_metadata(0).empty());
   }
 }
 

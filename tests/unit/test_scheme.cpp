@@ -48,8 +48,8 @@ TEST_CASE("targets: ignore wins, then exact names, regexes by pattern order, cla
 
 TEST_CASE("re: targets use re.match semantics (anchored at the start only)", "[scheme]") {
   const Scheme s = parse(R"({"config_groups": {"g": {"targets": ["re:layers\\.0"], "weights": {"num_bits": 4}}}})");
-  CHECK(match_group(s, "layers.0.q") != nullptr);       // prefix match, no $ needed
-  CHECK(match_group(s, "model.layers.0.q") == nullptr); // not a search
+  CHECK(match_group(s, "layers.0.q") != nullptr);        // prefix match, no $ needed
+  CHECK(match_group(s, "model.layers.0.q") == nullptr);  // not a search
 }
 
 TEST_CASE("format names normalise like the library registry", "[scheme]") {
@@ -71,12 +71,14 @@ TEST_CASE("the writer's version picks the pack-quantized layout", "[scheme]") {
 
 TEST_CASE("legacy config spellings: compression_config and a top-level sparsity_config", "[scheme]") {
   const Scheme a = parse_scheme(R"({"compression_config": {"sparsity_config": {"format": "sparse_bitmask",
-                                   "targets": ["Linear"], "ignore": ["lm_head"]}}})", "c.json");
+                                   "targets": ["Linear"], "ignore": ["lm_head"]}}})",
+                                "c.json");
   CHECK(a.present);
   CHECK(a.sparse_format == Format::sparse_bitmask);
   CHECK(sparse_targets_module(a, "model.x"));
   CHECK_FALSE(sparse_targets_module(a, "lm_head"));
-  const Scheme b = parse_scheme(R"({"sparsity_config": {"format": "dense_sparsity", "targets": ["Linear"]}})", "c.json");
+  const Scheme b =
+      parse_scheme(R"({"sparsity_config": {"format": "dense_sparsity", "targets": ["Linear"]}})", "c.json");
   CHECK(b.present);
   CHECK(b.sparse_format == Format::dense);
   CHECK_FALSE(parse_scheme(R"({"quantization_config": {"quant_method": "gptq", "bits": 4}})", "c.json").present);

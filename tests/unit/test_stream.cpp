@@ -38,8 +38,14 @@ TEST_CASE("Stream delivers every tensor as decode_into does, within the budget",
   th::TempDir tmp("stream");
   // 4 KiB .. 512 KiB tensors (fp32 output doubles them); a budget of 600 KiB forces wrap-around
   // and one oversize tensor.
-  auto p = write_model(tmp.path, {{"a", {32, 64}}, {"b", {256, 512}}, {"c", {7, 3}}, {"big", {512, 512}},
-                                  {"d", {100, 100}}, {"e", {1, 1}}, {"f", {300, 300}}, {"g", {0, 4}}});
+  auto p = write_model(tmp.path, {{"a", {32, 64}},
+                                  {"b", {256, 512}},
+                                  {"c", {7, 3}},
+                                  {"big", {512, 512}},
+                                  {"d", {100, 100}},
+                                  {"e", {1, 1}},
+                                  {"f", {300, 300}},
+                                  {"g", {0, 4}}});
   for (IoMode io : {IoMode::mmap, IoMode::pread}) {
     OpenOptions oo;
     oo.io = io;
@@ -123,8 +129,8 @@ TEST_CASE("byte counts parse with decimal and binary units", "[stream]") {
   CHECK_THROWS_AS(parse_bytes("lots"), Error);
   CHECK_THROWS_AS(parse_bytes("5XB"), Error);
   // Only plain decimal numbers: what std::stod also took is refused, not converted.
-  for (const char* bad : {"nan", "NaN MB", "inf", "infGB", "1e30GB", "1e3", "-1", "-0.5GB", "+5MB", "0x10", "",
-                          "  ", "1.5.5", ".", "MB", "4611686018427387905", "5000000000GB", "1 2"})
+  for (const char* bad : {"nan", "NaN MB", "inf", "infGB", "1e30GB", "1e3", "-1", "-0.5GB", "+5MB", "0x10", "", "  ",
+                          "1.5.5", ".", "MB", "4611686018427387905", "5000000000GB", "1 2"})
     CHECK_THROWS_AS(parse_bytes(bad), Error);
   CHECK(parse_bytes(".5KiB") == 512ull);
   CHECK(parse_bytes("4611686018427387904") == (1ull << 62));

@@ -86,8 +86,9 @@ void write_model(const fs::path& dir, const std::vector<Tensor>& ts, const std::
   SafetensorsWriter w(dir / "model.safetensors", es, {{"format", "pt"}});
   for (const auto& t : ts) w.write(encode(t.values, t.dtype));
   w.commit();
-  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": ")"
-                                     << torch_dtype << R"(", "hidden_size": 64})";
+  std::ofstream(dir / "config.json")
+      << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": ")" << torch_dtype
+      << R"(", "hidden_size": 64})";
   std::ofstream(dir / "tokenizer.json") << R"({"version": "1.0"})";
   fs::create_directories(dir / "1_Pooling");
   std::ofstream(dir / "1_Pooling" / "config.json") << "{}";
@@ -147,8 +148,9 @@ void check_bound(const Checkpoint& out, const TensorInfo& info, const std::vecto
   const double u = unit_roundoff(d);
   const double uo = c.format == Format::nvfp4_pack_quantized ? 0x1p-8 : u;  // nvfp4 decodes to bf16
   const bool int_asym = (c.format == Format::pack_quantized || c.format == Format::int_quantized) && !c.symmetric;
-  const double qmax = c.format == Format::float_quantized ? 448 : c.format == Format::nvfp4_pack_quantized ? 6
-                                                                                                     : std::ldexp(1.0, c.bits - 1) - 1;
+  const double qmax = c.format == Format::float_quantized        ? 448
+                      : c.format == Format::nvfp4_pack_quantized ? 6
+                                                                 : std::ldexp(1.0, c.bits - 1) - 1;
   const double qspan = int_asym ? std::ldexp(1.0, c.bits) : qmax + 1;
   for (uint64_t r = 0; r < R; ++r)
     for (uint64_t col = 0; col < C; ++col) {
@@ -164,8 +166,9 @@ void check_bound(const Checkpoint& out, const TensorInfo& info, const std::vecto
       const double clamp = int_asym ? 0.0 : std::max(0.0, v - qmax);
       const double bound = s * (std::max(step, clamp) + (v + qspan + 1) * u) + std::fabs(dec[i]) * uo + 1e-30;
       const double err = std::fabs(static_cast<double>(dec[i]) - x[i]);
-      if (err > bound) FAIL(info.name << "[" << r << "," << col << "]: |" << dec[i] << " - " << x[i] << "| = " << err
-                                      << " > bound " << bound << " (scale " << s << ")");
+      if (err > bound)
+        FAIL(info.name << "[" << r << "," << col << "]: |" << dec[i] << " - " << x[i] << "| = " << err << " > bound "
+                       << bound << " (scale " << s << ")");
     }
 }
 
@@ -178,10 +181,10 @@ TEST_CASE("quantizer kernels: fp8 encode, rounding, int32 packing, fp4 codes", "
     const float v = codecs::e4m3_to_f32(static_cast<uint8_t>(b));
     REQUIRE(writer::f32_to_e4m3(v) == b);
   }
-  CHECK(writer::f32_to_e4m3(1.0625f) == writer::f32_to_e4m3(1.0f));    // tie -> even mantissa
+  CHECK(writer::f32_to_e4m3(1.0625f) == writer::f32_to_e4m3(1.0f));  // tie -> even mantissa
   CHECK(writer::f32_to_e4m3(1.1875f) == writer::f32_to_e4m3(1.25f));
-  CHECK(writer::f32_to_e4m3(0x1p-10f) == 0);                          // half the smallest subnormal -> 0
-  CHECK(writer::f32_to_e4m3(500.f) == 0x7F);                           // no saturation: NaN code
+  CHECK(writer::f32_to_e4m3(0x1p-10f) == 0);  // half the smallest subnormal -> 0
+  CHECK(writer::f32_to_e4m3(500.f) == 0x7F);  // no saturation: NaN code
   CHECK(writer::round_to(DType::BF16, 1.f + 0x1p-8f) == 1.f);
   CHECK(writer::round_to(DType::BF16, 1.f + 3 * 0x1p-8f) == 1.015625f);
   CHECK(writer::round_to(DType::F16, 1.f + 0x1p-11f) == 1.f);
@@ -218,7 +221,8 @@ TEST_CASE("quantizer kernels: fp8 encode, rounding, int32 packing, fp4 codes", "
   p.shape = {1, 1};
   p.scale = {1.f};
   p.global_scale = 1.f;
-  const std::vector<float> x = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.f, 7.f, -0.1f, 0.f, -0.f, -6.f, 0.3f, 2.6f, 4.9f, 5.1f};
+  const std::vector<float> x = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.f,  7.f,
+                                -0.1f, 0.f,   -0.f,  -6.f,  0.3f, 2.6f, 4.9f, 5.1f};
   std::vector<uint8_t> codes(16);
   writer::quantize(x.data(), 1, 16, DType::F32, a, p, codes.data());
   const std::vector<uint8_t> want = {0, 2, 2, 4, 4, 6, 6, 7, 8, 0, 0, 15, 1, 5, 6, 7};
@@ -227,7 +231,8 @@ TEST_CASE("quantizer kernels: fp8 encode, rounding, int32 packing, fp4 codes", "
 
 TEST_CASE("compress round trip through the reader, every format", "[writer_compress]") {
   th::TempDir tmp("wc");
-  const std::vector<std::pair<DType, std::string>> dtypes = {{DType::BF16, "bfloat16"}, {DType::F16, "float16"}, {DType::F32, "float32"}};
+  const std::vector<std::pair<DType, std::string>> dtypes = {
+      {DType::BF16, "bfloat16"}, {DType::F16, "float16"}, {DType::F32, "float32"}};
   std::map<DType, std::vector<Tensor>> models;
   for (const auto& [d, name] : dtypes) {
     models[d] = make_model(d);
@@ -278,7 +283,8 @@ TEST_CASE("compress round trip through the reader, every format", "[writer_compr
           check_bound(out, info, t.values, dec, c, d);
           // The report's error is that of the reader's decode (the library's arithmetic).
           double mx = 0;
-          for (size_t i = 0; i < dec.size(); ++i) mx = std::max(mx, std::fabs(static_cast<double>(dec[i]) - t.values[i]));
+          for (size_t i = 0; i < dec.size(); ++i)
+            mx = std::max(mx, std::fabs(static_cast<double>(dec[i]) - t.values[i]));
           CHECK(tr->max_abs_error == mx);
           CHECK(tr->output_dtype == (c.format == Format::nvfp4_pack_quantized ? DType::BF16 : d));
         }
@@ -547,7 +553,8 @@ TEST_CASE("pread mode reads parts through sliding windows: large parts decode as
         for (size_t i = 0; i < src->values.size(); ++i) {
           uint16_t h;
           std::memcpy(&h, a.data() + 2 * i, 2);
-          max_err = std::max(max_err, std::fabs(static_cast<double>(codecs::f32_from_bits(codecs::bf16_to_f32(h))) - src->values[i]));
+          max_err = std::max(
+              max_err, std::fabs(static_cast<double>(codecs::f32_from_bits(codecs::bf16_to_f32(h))) - src->values[i]));
         }
         if (t.format == Format::dense || t.format == Format::sparse_bitmask) REQUIRE(max_err == 0);
         else REQUIRE(max_err < 0.05);  // values ~N(0, 0.04): an int4 step is ~0.03 at most here
@@ -602,15 +609,18 @@ TEST_CASE("compress from memory (BufferSource) writes the bytes compress_checkpo
       o.copy_other_files = false;
       const auto from_file = compress_checkpoint(tmp.path / "in", tmp.path / (std::string(f.name) + "_file"), o);
       size_t fetches = 0;
-      BufferSource src(entries, [&](size_t i) {
-        ++fetches;
-        return std::span<const std::byte>(bytes[i]);
-      }, {config, {}, {}});
+      BufferSource src(entries,
+                       [&](size_t i) {
+                         ++fetches;
+                         return std::span<const std::byte>(bytes[i]);
+                       },
+                       {config, {}, {}});
       const auto from_mem = compress(src, tmp.path / (std::string(f.name) + "_mem"), o);
       CHECK(fetches >= model.size());
       CHECK(from_mem.files == from_file.files);
       for (const auto& name : from_file.files)
-        CHECK(slurp(tmp.path / (std::string(f.name) + "_mem") / name) == slurp(tmp.path / (std::string(f.name) + "_file") / name));
+        CHECK(slurp(tmp.path / (std::string(f.name) + "_mem") / name) ==
+              slurp(tmp.path / (std::string(f.name) + "_file") / name));
       REQUIRE(from_mem.tensors.size() == from_file.tensors.size());
       for (size_t i = 0; i < from_mem.tensors.size(); ++i) {
         CHECK(from_mem.tensors[i].max_abs_error == from_file.tensors[i].max_abs_error);
@@ -635,7 +645,8 @@ TEST_CASE("compress from memory: class targets, extra files, bad buffers leave n
   for (const auto& t : model) {
     const std::string mod = t.name.substr(0, t.name.rfind('.'));
     const bool lin = mod.find("layers.0.mlp") != std::string::npos || mod == "lm_head";
-    m.module_classes[mod] = lin ? std::vector<std::string>{"QLinear", "Linear", "Module"} : std::vector<std::string>{"Other", "Module"};
+    m.module_classes[mod] =
+        lin ? std::vector<std::string>{"QLinear", "Linear", "Module"} : std::vector<std::string>{"Other", "Module"};
   }
   m.extra_files["generation_config.json"] = "{\"do_sample\": false}";
   SECTION("\"Linear\" matches by class (the output head stays dense), other classes too") {
@@ -685,7 +696,8 @@ TEST_CASE("compress from memory: class targets, extra files, bad buffers leave n
     });
     CHECK_THROWS_AS(compress(src2, tmp.path / "bad", o), Error);
     CHECK(!fs::exists(tmp.path / "bad"));
-    for (const auto& e : fs::directory_iterator(tmp.path)) CHECK(e.path().filename().string().find("bad") == std::string::npos);
+    for (const auto& e : fs::directory_iterator(tmp.path))
+      CHECK(e.path().filename().string().find("bad") == std::string::npos);
   }
   SECTION("entries and extra files are checked up front") {
     auto dup = entries;

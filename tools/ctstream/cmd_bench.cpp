@@ -56,7 +56,8 @@ int cmd_bench(int argc, char** argv) {
       stream = std::make_unique<ctstream::Stream>(ckpt, so);
     }
     for (const auto& t : ckpt.tensors()) {
-      const ctstream::DType d = t.format == ctstream::Format::dense && !ctstream::is_float_output(t.dtype) ? t.dtype : out;
+      const ctstream::DType d =
+          t.format == ctstream::Format::dense && !ctstream::is_float_output(t.dtype) ? t.dtype : out;
       const double s = now_seconds();
       uint64_t n;
       if (stream) {
@@ -81,7 +82,8 @@ int cmd_bench(int argc, char** argv) {
   }
   if (tty) std::printf("\n");
   const uint64_t rss = peak_rss_bytes();
-  const unsigned threads = ckpt.options().threads ? ckpt.options().threads : static_cast<unsigned>(omp_get_max_threads());
+  const unsigned threads =
+      ckpt.options().threads ? ckpt.options().threads : static_cast<unsigned>(omp_get_max_threads());
   if (a.has("--json")) {
     nlohmann::ordered_json j;
     j["path"] = a.pos[0];
@@ -100,17 +102,21 @@ int cmd_bench(int argc, char** argv) {
     j["output_gbps"] = out_bytes / best / 1e9;
     j["peak_rss_bytes"] = rss;
     for (const auto& [f, st] : by_format)
-      j["formats"][f] = {{"tensors", st.tensors}, {"stored_bytes", st.in}, {"output_bytes", st.out},
-                         {"seconds", st.secs}, {"output_gbps", st.secs > 0 ? st.out / st.secs / 1e9 : 0.0}};
+      j["formats"][f] = {{"tensors", st.tensors},
+                         {"stored_bytes", st.in},
+                         {"output_bytes", st.out},
+                         {"seconds", st.secs},
+                         {"output_gbps", st.secs > 0 ? st.out / st.secs / 1e9 : 0.0}};
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
   std::printf("%s: %zu tensors, stored %s -> %s %s; ISA %s, threads %u\n", a.pos[0].c_str(), ckpt.tensors().size(),
               human_bytes(in_bytes).c_str(), human_bytes(out_bytes).c_str(),
               std::string(ctstream::dtype_name(out)).c_str(), ctstream::active_isa(), threads);
-  std::printf("open %.2f ms, first tensor %.2f ms (open + its decode), load %.3f s (best of %d) = %.2f GB/s output, "
-              "peak RSS %s\n",
-              t_open * 1e3, first_tensor * 1e3, best, repeat, out_bytes / best / 1e9, human_bytes(rss).c_str());
+  std::printf(
+      "open %.2f ms, first tensor %.2f ms (open + its decode), load %.3f s (best of %d) = %.2f GB/s output, "
+      "peak RSS %s\n",
+      t_open * 1e3, first_tensor * 1e3, best, repeat, out_bytes / best / 1e9, human_bytes(rss).c_str());
   std::printf("%-22s %8s %12s %12s %10s\n", "format", "tensors", "stored", "output", "GB/s");
   for (const auto& [f, st] : by_format)
     std::printf("%-22s %8llu %12s %12s %10.2f\n", f.c_str(), static_cast<unsigned long long>(st.tensors),

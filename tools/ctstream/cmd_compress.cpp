@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -24,7 +24,6 @@
 
 namespace cli {
 namespace {
-
 
 ctstream::Format parse_format(const std::string& s) {
   const auto f = ctstream::format_from_name(s);
@@ -49,7 +48,8 @@ uint64_t parse_uint(const std::string& flag, const std::string& v) {
   } catch (const std::exception&) {
     pos = 0;
   }
-  if (pos != v.size() || v.empty() || v[0] == '-') throw std::invalid_argument(flag + " needs a positive integer, got '" + v + "'");
+  if (pos != v.size() || v.empty() || v[0] == '-')
+    throw std::invalid_argument(flag + " needs a positive integer, got '" + v + "'");
   return n;
 }
 
@@ -142,7 +142,8 @@ int cmd_compress(int argc, char** argv) {
     opt.block_cols = parse_uint("--block", b.substr(x + 1));
     if (!opt.strategy) opt.strategy = ctstream::QuantStrategy::block;
   }
-  if (a.has("--asymmetric") && a.has("--symmetric")) throw std::invalid_argument("--asymmetric and --symmetric exclude each other");
+  if (a.has("--asymmetric") && a.has("--symmetric"))
+    throw std::invalid_argument("--asymmetric and --symmetric exclude each other");
   opt.symmetric = !a.has("--asymmetric");
   if (a.has("--dtype")) opt.dtype = parse_dtype(a.get("--dtype"));
   if (opt.format == ctstream::Format::dense && !opt.dtype)
@@ -231,8 +232,8 @@ int cmd_compress(int argc, char** argv) {
   } else if (lossy == 0) {
     std::printf("error: none, every tensor decodes to exactly its input\n");
   } else {
-    std::printf("error over %zu lossy tensors: mean SNR %.1f dB; lowest SNR %s (%s); largest max|err| %.4g (%s)\n", lossy,
-                snr_sum / static_cast<double>(lossy), fmt_db(worst_snr->snr_db).c_str(), worst_snr->name.c_str(),
+    std::printf("error over %zu lossy tensors: mean SNR %.1f dB; lowest SNR %s (%s); largest max|err| %.4g (%s)\n",
+                lossy, snr_sum / static_cast<double>(lossy), fmt_db(worst_snr->snr_db).c_str(), worst_snr->name.c_str(),
                 worst_err->max_abs_error, worst_err->name.c_str());
   }
   if (!rep.copied.empty() || !rep.skipped.empty())

@@ -71,7 +71,8 @@ struct Result {
 double allowed_error(Format f, double x, double row_absmax) {
   const double out_round = std::ldexp(std::fabs(x), -8);
   if (f == Format::pack_quantized) return (0.5 + 1.0 / 64) * (row_absmax / 7.5) * (1 + 1.0 / 128) + out_round;
-  if (f == Format::float_quantized) return std::ldexp(std::fabs(x), -4) * 1.01 + std::ldexp(row_absmax / 448.0, -10) + out_round;
+  if (f == Format::float_quantized)
+    return std::ldexp(std::fabs(x), -4) * 1.01 + std::ldexp(row_absmax / 448.0, -10) + out_round;
   return 0;  // dense, sparse-bitmask: exact
 }
 
@@ -106,7 +107,8 @@ Result stream_back(const Version& v, const Args& a, const SynthSpec& spec) {
     const uint64_t cols = t.shape.empty() ? 1 : t.shape.back();
     for (uint64_t row = 0; row * cols < want.size(); ++row) {
       double absmax = 0;
-      for (uint64_t i = row * cols; i < (row + 1) * cols; ++i) absmax = std::max(absmax, std::fabs(double(bf16_value(want[i]))));
+      for (uint64_t i = row * cols; i < (row + 1) * cols; ++i)
+        absmax = std::max(absmax, std::fabs(double(bf16_value(want[i]))));
       for (uint64_t i = row * cols; i < (row + 1) * cols; ++i) {
         uint16_t h;
         std::memcpy(&h, buf.data() + 2 * i, 2);
@@ -114,7 +116,8 @@ Result stream_back(const Version& v, const Args& a, const SynthSpec& spec) {
         r.max_err = std::max(r.max_err, err);
         r.sum_e2 += err * err, r.sum_x2 += x * x;
         if (!(err <= allowed_error(t.format, x, absmax)) || (err == 0 && h != want[i])) {  // -0 vs +0 too
-          if (!r.bad++) r.first_bad = t.name + " [" + std::to_string(i) + "]: " + std::to_string(y) + " for " + std::to_string(x);
+          if (!r.bad++)
+            r.first_bad = t.name + " [" + std::to_string(i) + "]: " + std::to_string(y) + " for " + std::to_string(x);
         }
       }
     }
@@ -190,8 +193,9 @@ int cmd_demo(int argc, char** argv) {
     opt.progress = [&bar](const ctstream::CompressProgress& p) { bar.update(p.bytes_done, p.bytes_total); };
     t = now_seconds();
     ctstream::compress_checkpoint(dense_dir, versions[i].dir, opt);
-    std::printf("wrote %-28s %s in %.2f s (%s)\n", versions[i].label.c_str(), human_bytes(weight_bytes(versions[i].dir)).c_str(),
-                now_seconds() - t, ctstream::describe_scheme(opt).c_str());
+    std::printf("wrote %-28s %s in %.2f s (%s)\n", versions[i].label.c_str(),
+                human_bytes(weight_bytes(versions[i].dir)).c_str(), now_seconds() - t,
+                ctstream::describe_scheme(opt).c_str());
   }
 
   // 3. + 4. Stream each back into one reused buffer, check, measure.
@@ -214,18 +218,20 @@ int cmd_demo(int argc, char** argv) {
               std::to_string(std::sqrt(r.sum_e2 / r.sum_x2)).substr(0, 6) + ")";
     else check = "exact";
     if (r.ref_checked) {
-      if (r.ref_mismatch) check += "; FAILED: " + std::to_string(r.ref_mismatch) + " tensors differ from the scalar reference", rc = 1;
+      if (r.ref_mismatch)
+        check += "; FAILED: " + std::to_string(r.ref_mismatch) + " tensors differ from the scalar reference", rc = 1;
       else check += "; = scalar reference";
     }
     std::printf("%-27s %10s %5.2fx %12.2f %12.2f %6.2fx %9.1f ms %10s  %s\n", versions[i].label.c_str(),
                 human_bytes(r.file_bytes).c_str(), dense_bytes / r.file_bytes, dec, mem, dec / mem, r.first_s * 1e3,
                 r.rss ? human_bytes(r.rss).c_str() : "n/a", check.c_str());
   }
-  std::printf("\ndecode GB/s: bf16 bytes written per second of decode_into; ratio = decode / memcpy of the same\n"
-              "bytes (the copy a loader of uncompressed weights does at best). 1st tensor = open + first decode.\n"
-              "Peak RSS of this process while streaming that version (the dense original used for checking\n"
-              "is generated one tensor at a time). Files kept in %s.\n",
-              dir.c_str());
+  std::printf(
+      "\ndecode GB/s: bf16 bytes written per second of decode_into; ratio = decode / memcpy of the same\n"
+      "bytes (the copy a loader of uncompressed weights does at best). 1st tensor = open + first decode.\n"
+      "Peak RSS of this process while streaming that version (the dense original used for checking\n"
+      "is generated one tensor at a time). Files kept in %s.\n",
+      dir.c_str());
   return rc;
 }
 

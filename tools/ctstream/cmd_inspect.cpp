@@ -35,11 +35,18 @@ int cmd_inspect(int argc, char** argv) {
       e["decoded_bytes"] = t.decoded_bytes(t.dtype);
       e["parts"] = nlohmann::json::array();
       for (const auto& p : t.parts)
-        e["parts"].push_back({{"role", p.role}, {"key", p.key}, {"dtype", std::string(ctstream::dtype_name(p.dtype))},
-                              {"shape", p.shape}, {"file", p.file}, {"offset", p.offset}, {"bytes", p.nbytes}});
+        e["parts"].push_back({{"role", p.role},
+                              {"key", p.key},
+                              {"dtype", std::string(ctstream::dtype_name(p.dtype))},
+                              {"shape", p.shape},
+                              {"file", p.file},
+                              {"offset", p.offset},
+                              {"bytes", p.nbytes}});
       j["tensors"].push_back(std::move(e));
     }
-    j["totals"] = {{"tensors", ckpt.tensors().size()}, {"stored_bytes", stored}, {"decoded_bytes", decoded},
+    j["totals"] = {{"tensors", ckpt.tensors().size()},
+                   {"stored_bytes", stored},
+                   {"decoded_bytes", decoded},
                    {"formats", by_format}};
     std::printf("%s\n", j.dump(2).c_str());
     return 0;

@@ -9,24 +9,26 @@
 
 namespace {
 void usage() {
-  std::fprintf(stderr,
-               "ctstream %s — lazy native loader for compressed-tensors checkpoints (ISA: %s)\n\n"
-               "usage: ctstream <command> [options]\n"
-               "  inspect PATH [--json]                      list every tensor: dtype, shape, format, bytes\n"
-               "  decompress PATH OUT.safetensors [--dtype bf16|fp16|fp32]\n"
-               "                                             decode everything into a plain safetensors file\n"
-               "  verify PATH                                decode everything, report problems (exit 1 on any)\n"
-               "  bench PATH [--dtype bf16] [--repeat K] [--cold] [--json]\n"
-               "                                             load every tensor into a reused buffer: GB/s, peak RSS\n"
-               "  demo [DIR] [--small]                       write int4 / fp8 / sparse versions of a generated model,\n"
-               "                                             stream each back, check it, measure it\n"
-               "  synth DIR [--layers N --hidden H --intermediate I --vocab V --shards S --dtype bf16]\n"
-               "                                             write a synthetic Llama-shaped dense checkpoint\n"
-               "  compress IN OUT_DIR --format F [--bits 4 --group-size 128 --asymmetric --ignore NAME|re:PAT --shard-size 5GB]\n"
-               "                                             write a compressed-tensors checkpoint (see compress --help)\n\n"
-               "common options: --pread (positional reads instead of mmap), --threads N\n"
-               "PATH is a .safetensors file or a model directory (with or without an index).\n",
-               ctstream::version_string, ctstream::active_isa());
+  std::fprintf(
+      stderr,
+      "ctstream %s — lazy native loader for compressed-tensors checkpoints (ISA: %s)\n\n"
+      "usage: ctstream <command> [options]\n"
+      "  inspect PATH [--json]                      list every tensor: dtype, shape, format, bytes\n"
+      "  decompress PATH OUT.safetensors [--dtype bf16|fp16|fp32]\n"
+      "                                             decode everything into a plain safetensors file\n"
+      "  verify PATH                                decode everything, report problems (exit 1 on any)\n"
+      "  bench PATH [--dtype bf16] [--repeat K] [--cold] [--json]\n"
+      "                                             load every tensor into a reused buffer: GB/s, peak RSS\n"
+      "  demo [DIR] [--small]                       write int4 / fp8 / sparse versions of a generated model,\n"
+      "                                             stream each back, check it, measure it\n"
+      "  synth DIR [--layers N --hidden H --intermediate I --vocab V --shards S --dtype bf16]\n"
+      "                                             write a synthetic Llama-shaped dense checkpoint\n"
+      "  compress IN OUT_DIR --format F [--bits 4 --group-size 128 --asymmetric --ignore NAME|re:PAT --shard-size "
+      "5GB]\n"
+      "                                             write a compressed-tensors checkpoint (see compress --help)\n\n"
+      "common options: --pread (positional reads instead of mmap), --threads N\n"
+      "PATH is a .safetensors file or a model directory (with or without an index).\n",
+      ctstream::version_string, ctstream::active_isa());
 }
 }  // namespace
 

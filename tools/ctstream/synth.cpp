@@ -38,11 +38,11 @@ uint16_t to_f16_bits(float v) {
   double a = std::fabs(static_cast<double>(v));
   if (a == 0) return sign;
   int e;
-  std::frexp(a, &e);                                     // a = m * 2^e, m in [0.5, 1)
+  std::frexp(a, &e);                                              // a = m * 2^e, m in [0.5, 1)
   const double quantum = std::ldexp(1.0, std::max(e - 11, -24));  // 11 significant bits, subnormals 2^-24
-  a = std::nearbyint(a / quantum) * quantum;             // round half to even (default rounding mode)
+  a = std::nearbyint(a / quantum) * quantum;                      // round half to even (default rounding mode)
   if (a < std::ldexp(1.0, -14)) return static_cast<uint16_t>(sign | static_cast<uint16_t>(a / std::ldexp(1.0, -24)));
-  std::frexp(a, &e);                                     // the rounding may have carried into 2^e
+  std::frexp(a, &e);  // the rounding may have carried into 2^e
   const auto exp = static_cast<uint16_t>(e - 1 + 15);
   const auto mant = static_cast<uint16_t>((std::ldexp(a, -(e - 1)) - 1.0) * 1024.0);
   return static_cast<uint16_t>(sign | (exp << 10) | mant);
@@ -119,13 +119,17 @@ uint64_t write_synthetic_llama(const std::filesystem::path& dir, const SynthSpec
     std::ofstream(dir / "model.safetensors.index.json")
         << nlohmann::ordered_json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2);
   std::ofstream(dir / "config.json") << nlohmann::ordered_json{
-      {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-      {"hidden_size", sp.hidden},              {"intermediate_size", sp.intermediate},
-      {"num_hidden_layers", sp.layers},        {"num_attention_heads", std::max<uint64_t>(1, sp.hidden / 64)},
-      {"vocab_size", sp.vocab},                {"torch_dtype", sp.dtype == ctstream::DType::F32   ? "float32"
-                                                               : sp.dtype == ctstream::DType::F16 ? "float16"
-                                                                                                  : "bfloat16"}}
-                                                .dump(2);
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"hidden_size", sp.hidden},
+      {"intermediate_size", sp.intermediate},
+      {"num_hidden_layers", sp.layers},
+      {"num_attention_heads", std::max<uint64_t>(1, sp.hidden / 64)},
+      {"vocab_size", sp.vocab},
+      {"torch_dtype", sp.dtype == ctstream::DType::F32 ? "float32"
+                      : sp.dtype == ctstream::DType::F16
+                          ? "float16"
+                          : "bfloat16"}}.dump(2);
   return total;
 }
 

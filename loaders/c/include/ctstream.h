@@ -47,42 +47,67 @@ extern "C" {
  *  two for faults that only the C boundary has. */
 typedef enum ctstream_status {
   CTSTREAM_OK = 0,
-  CTSTREAM_ERR_IO = 1,               /**< the OS refused an open/stat/read/write */
-  CTSTREAM_ERR_TRUNCATED = 2,        /**< a file is shorter than its header says */
-  CTSTREAM_ERR_HEADER_TOO_LARGE = 3, /**< header length over the limit or past the file end */
-  CTSTREAM_ERR_INVALID_HEADER = 4,   /**< header/index/config JSON malformed */
-  CTSTREAM_ERR_UNKNOWN_DTYPE = 5,    /**< a dtype string this build does not know */
-  CTSTREAM_ERR_INVALID_OFFSETS = 6,  /**< data_offsets overlap, leave gaps or point past the end */
-  CTSTREAM_ERR_OVERFLOW = 7,         /**< a shape product or byte count overflows 64 bits */
-  CTSTREAM_ERR_SIZE_MISMATCH = 8,    /**< stored byte count disagrees with dtype x shape */
-  CTSTREAM_ERR_INVALID_SHARD = 9,    /**< a shard name escapes the checkpoint directory */
-  CTSTREAM_ERR_MISSING_SHARD = 10,   /**< an index names a shard file that does not exist */
-  CTSTREAM_ERR_NOT_FOUND = 11,       /**< no tensor of that name (or index out of range) */
-  CTSTREAM_ERR_BUFFER_TOO_SMALL = 12,/**< the output buffer is smaller than the decoded tensor */
-  CTSTREAM_ERR_UNSUPPORTED = 13,     /**< a valid request this build cannot serve */
-  CTSTREAM_ERR_INVALID_ARGUMENT = 14,/**< an argument is out of range or NULL where not allowed */
-  CTSTREAM_ERR_INVALID_CONFIG = 15,  /**< config.json quantization/sparsity settings malformed */
-  CTSTREAM_ERR_CORRUPT_TENSOR = 16,  /**< a compressed tensor's parts contradict each other */
-  CTSTREAM_ERR_OUT_OF_MEMORY = 17,   /**< an allocation failed */
-  CTSTREAM_ERR_INTERNAL = 18,        /**< any other failure (a bug: please report it) */
-  CTSTREAM_ERR_FILE_NOT_FOUND = 19   /**< the path to open does not exist (ABI version 2) */
+  CTSTREAM_ERR_IO = 1,                /**< the OS refused an open/stat/read/write */
+  CTSTREAM_ERR_TRUNCATED = 2,         /**< a file is shorter than its header says */
+  CTSTREAM_ERR_HEADER_TOO_LARGE = 3,  /**< header length over the limit or past the file end */
+  CTSTREAM_ERR_INVALID_HEADER = 4,    /**< header/index/config JSON malformed */
+  CTSTREAM_ERR_UNKNOWN_DTYPE = 5,     /**< a dtype string this build does not know */
+  CTSTREAM_ERR_INVALID_OFFSETS = 6,   /**< data_offsets overlap, leave gaps or point past the end */
+  CTSTREAM_ERR_OVERFLOW = 7,          /**< a shape product or byte count overflows 64 bits */
+  CTSTREAM_ERR_SIZE_MISMATCH = 8,     /**< stored byte count disagrees with dtype x shape */
+  CTSTREAM_ERR_INVALID_SHARD = 9,     /**< a shard name escapes the checkpoint directory */
+  CTSTREAM_ERR_MISSING_SHARD = 10,    /**< an index names a shard file that does not exist */
+  CTSTREAM_ERR_NOT_FOUND = 11,        /**< no tensor of that name (or index out of range) */
+  CTSTREAM_ERR_BUFFER_TOO_SMALL = 12, /**< the output buffer is smaller than the decoded tensor */
+  CTSTREAM_ERR_UNSUPPORTED = 13,      /**< a valid request this build cannot serve */
+  CTSTREAM_ERR_INVALID_ARGUMENT = 14, /**< an argument is out of range or NULL where not allowed */
+  CTSTREAM_ERR_INVALID_CONFIG = 15,   /**< config.json quantization/sparsity settings malformed */
+  CTSTREAM_ERR_CORRUPT_TENSOR = 16,   /**< a compressed tensor's parts contradict each other */
+  CTSTREAM_ERR_OUT_OF_MEMORY = 17,    /**< an allocation failed */
+  CTSTREAM_ERR_INTERNAL = 18,         /**< any other failure (a bug: please report it) */
+  CTSTREAM_ERR_FILE_NOT_FOUND = 19    /**< the path to open does not exist (ABI version 2) */
 } ctstream_status;
 
 /** Element types; same order and names as safetensors (and ctstream::DType). */
 typedef enum ctstream_dtype {
-  CTSTREAM_BOOL = 0, CTSTREAM_F4, CTSTREAM_F6_E2M3, CTSTREAM_F6_E3M2, CTSTREAM_U8, CTSTREAM_I8,
-  CTSTREAM_F8_E5M2, CTSTREAM_F8_E4M3, CTSTREAM_F8_E8M0, CTSTREAM_F8_E4M3FNUZ,
-  CTSTREAM_F8_E5M2FNUZ, CTSTREAM_I16, CTSTREAM_U16, CTSTREAM_F16, CTSTREAM_BF16, CTSTREAM_I32,
-  CTSTREAM_U32, CTSTREAM_F32, CTSTREAM_C64, CTSTREAM_F64, CTSTREAM_I64, CTSTREAM_U64,
+  CTSTREAM_BOOL = 0,
+  CTSTREAM_F4,
+  CTSTREAM_F6_E2M3,
+  CTSTREAM_F6_E3M2,
+  CTSTREAM_U8,
+  CTSTREAM_I8,
+  CTSTREAM_F8_E5M2,
+  CTSTREAM_F8_E4M3,
+  CTSTREAM_F8_E8M0,
+  CTSTREAM_F8_E4M3FNUZ,
+  CTSTREAM_F8_E5M2FNUZ,
+  CTSTREAM_I16,
+  CTSTREAM_U16,
+  CTSTREAM_F16,
+  CTSTREAM_BF16,
+  CTSTREAM_I32,
+  CTSTREAM_U32,
+  CTSTREAM_F32,
+  CTSTREAM_C64,
+  CTSTREAM_F64,
+  CTSTREAM_I64,
+  CTSTREAM_U64,
   /* not dtypes: they make the enum span every int, so any value passed in is checked, not UB */
-  CTSTREAM_DTYPE_INVALID_ = -1, CTSTREAM_DTYPE_MAX_ = 0x7FFFFFFF
+  CTSTREAM_DTYPE_INVALID_ = -1,
+  CTSTREAM_DTYPE_MAX_ = 0x7FFFFFFF
 } ctstream_dtype;
 
 typedef enum ctstream_io_mode {
-  CTSTREAM_IO_MMAP = 0, CTSTREAM_IO_PREAD = 1, CTSTREAM_IO_INVALID_ = -1, CTSTREAM_IO_MAX_ = 0x7FFFFFFF
+  CTSTREAM_IO_MMAP = 0,
+  CTSTREAM_IO_PREAD = 1,
+  CTSTREAM_IO_INVALID_ = -1,
+  CTSTREAM_IO_MAX_ = 0x7FFFFFFF
 } ctstream_io_mode;
 typedef enum ctstream_order {
-  CTSTREAM_ORDER_FILE = 0, CTSTREAM_ORDER_NAME = 1, CTSTREAM_ORDER_INVALID_ = -1, CTSTREAM_ORDER_MAX_ = 0x7FFFFFFF
+  CTSTREAM_ORDER_FILE = 0,
+  CTSTREAM_ORDER_NAME = 1,
+  CTSTREAM_ORDER_INVALID_ = -1,
+  CTSTREAM_ORDER_MAX_ = 0x7FFFFFFF
 } ctstream_order;
 
 /** Options of ctstream_open. Fill with ctstream_open_options_init, then change fields. */
@@ -105,24 +130,24 @@ typedef struct ctstream_slice {
 
 /** Metadata of one logical tensor (no data). */
 typedef struct ctstream_tensor_info {
-  const char* name;        /**< logical name, e.g. "model.layers.0.mlp.down_proj.weight" */
+  const char* name; /**< logical name, e.g. "model.layers.0.mlp.down_proj.weight" */
   uint32_t ndim;
-  const uint64_t* shape;   /**< ndim entries (NULL when ndim == 0) */
-  ctstream_dtype dtype;    /**< natural decoded dtype (what compressed-tensors returns) */
-  const char* format;      /**< compressed-tensors format name: "dense", "pack-quantized", ... */
-  int quantized;           /**< 1 when the tensor is stored quantized */
-  uint32_t num_bits;       /**< quantized: bits per weight code, else 0 */
-  uint64_t group_size;     /**< quantized group / tensor_group strategies, else 0 */
-  uint64_t numel;          /**< elements of the logical tensor */
-  uint64_t stored_bytes;   /**< bytes on disk over all parts */
-  uint32_t num_parts;      /**< stored safetensors entries (see ctstream_part_at) */
-  size_t index;            /**< position in iteration order (for ctstream_part_at) */
+  const uint64_t* shape; /**< ndim entries (NULL when ndim == 0) */
+  ctstream_dtype dtype;  /**< natural decoded dtype (what compressed-tensors returns) */
+  const char* format;    /**< compressed-tensors format name: "dense", "pack-quantized", ... */
+  int quantized;         /**< 1 when the tensor is stored quantized */
+  uint32_t num_bits;     /**< quantized: bits per weight code, else 0 */
+  uint64_t group_size;   /**< quantized group / tensor_group strategies, else 0 */
+  uint64_t numel;        /**< elements of the logical tensor */
+  uint64_t stored_bytes; /**< bytes on disk over all parts */
+  uint32_t num_parts;    /**< stored safetensors entries (see ctstream_part_at) */
+  size_t index;          /**< position in iteration order (for ctstream_part_at) */
 } ctstream_tensor_info;
 
 /** One stored safetensors entry of a logical tensor (keep-packed passthrough). */
 typedef struct ctstream_part_info {
-  const char* role;        /**< "weight", "weight_packed", "weight_scale", "bitmask", ... */
-  const char* key;         /**< full key in the file */
+  const char* role; /**< "weight", "weight_packed", "weight_scale", "bitmask", ... */
+  const char* key;  /**< full key in the file */
   ctstream_dtype dtype;
   uint32_t ndim;
   const uint64_t* shape;
@@ -157,14 +182,13 @@ CTSTREAM_API void ctstream_close(ctstream_checkpoint* ckpt);
 /** Number of logical tensors. */
 CTSTREAM_API size_t ctstream_tensor_count(const ctstream_checkpoint* ckpt);
 /** Metadata of the i-th tensor in iteration order. */
-CTSTREAM_API ctstream_status ctstream_tensor_at(const ctstream_checkpoint* ckpt, size_t i,
-                                                ctstream_tensor_info* out);
+CTSTREAM_API ctstream_status ctstream_tensor_at(const ctstream_checkpoint* ckpt, size_t i, ctstream_tensor_info* out);
 /** Metadata of a tensor by logical name (CTSTREAM_ERR_NOT_FOUND when absent). */
 CTSTREAM_API ctstream_status ctstream_find(const ctstream_checkpoint* ckpt, const char* name,
                                            ctstream_tensor_info* out);
 /** Stored part `part` of the tensor at iteration position `tensor_index`. */
-CTSTREAM_API ctstream_status ctstream_part_at(const ctstream_checkpoint* ckpt, size_t tensor_index,
-                                              uint32_t part, ctstream_part_info* out);
+CTSTREAM_API ctstream_status ctstream_part_at(const ctstream_checkpoint* ckpt, size_t tensor_index, uint32_t part,
+                                              ctstream_part_info* out);
 
 /** Bytes ctstream_decode_into writes for `name` in `dtype` (of `slice`, which may be NULL). */
 CTSTREAM_API ctstream_status ctstream_decoded_size(const ctstream_checkpoint* ckpt, const char* name,
@@ -174,17 +198,16 @@ CTSTREAM_API ctstream_status ctstream_decoded_size(const ctstream_checkpoint* ck
  *  `dtype`, C-contiguous. Float tensors convert among F32/F16/BF16 (round-to-nearest-even);
  *  any other tensor needs dtype == its natural dtype. `written` (may be NULL) receives the byte
  *  count. Bytes of `out` past that are left untouched. */
-CTSTREAM_API ctstream_status ctstream_decode_into(const ctstream_checkpoint* ckpt, const char* name,
-                                                  void* out, uint64_t out_size, ctstream_dtype dtype,
-                                                  const ctstream_slice* slice, uint64_t* written);
+CTSTREAM_API ctstream_status ctstream_decode_into(const ctstream_checkpoint* ckpt, const char* name, void* out,
+                                                  uint64_t out_size, ctstream_dtype dtype, const ctstream_slice* slice,
+                                                  uint64_t* written);
 /** Runs every check ctstream_decode_into would run on `name`'s stored data (mask popcounts,
  *  row offsets, act-order indices, a file truncated since open, ...) without decoding it or
  *  allocating anything its size: check a tensor before sizing a buffer for it. (ABI version 2.) */
 CTSTREAM_API ctstream_status ctstream_validate(const ctstream_checkpoint* ckpt, const char* name);
 /** Copies the raw stored bytes of one part (keep-packed passthrough) into out[0, out_size). */
-CTSTREAM_API ctstream_status ctstream_read_part(const ctstream_checkpoint* ckpt, size_t tensor_index,
-                                                uint32_t part, void* out, uint64_t out_size,
-                                                uint64_t* written);
+CTSTREAM_API ctstream_status ctstream_read_part(const ctstream_checkpoint* ckpt, size_t tensor_index, uint32_t part,
+                                                void* out, uint64_t out_size, uint64_t* written);
 
 #ifdef __cplusplus
 }

@@ -19,12 +19,12 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <new>
 #include <mutex>
+#include <new>
 #include <optional>
-#include <unordered_map>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "binding.hpp"
@@ -43,7 +43,8 @@ PyObject* g_classes = nullptr;  // dict: kind name -> subclass of Error (ctstrea
 
 // Raises the ctstream exception of `kind` (its registered class, else Error) with the attributes
 // kind / file / tensor, as a Python error.
-void set_error(const std::string& kind, const std::string& message, const std::string& file, const std::string& tensor) {
+void set_error(const std::string& kind, const std::string& message, const std::string& file,
+               const std::string& tensor) {
   // messages may quote bytes of a damaged file: never fail on invalid UTF-8
   auto text = [](const std::string& s) {
     return nb::steal(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace"));
@@ -117,8 +118,11 @@ dl::dtype storage_dl(DType d) {
   if (sub_byte(d)) return dl_of(C::UInt, 8);
   const dl::dtype e = exact_dl(d);
   switch (static_cast<C>(e.code)) {
-    case C::Bool: case C::Int: case C::UInt: case C::Complex: return e;
-    case C::Float: return e;  // float16/32/64
+    case C::Bool:
+    case C::Int:
+    case C::UInt:
+    case C::Complex: return e;
+    case C::Float: return e;                                                        // float16/32/64
     default: return dl_of(C::UInt, static_cast<uint8_t>(ctstream::dtype_bits(d)));  // bf16, fp8
   }
 }
@@ -154,7 +158,8 @@ bool out_dtype_ok(dl::dtype have, DType want) {
   if (sub_byte(want)) return false;
   const dl::dtype e = exact_dl(want);
   const auto ecode = static_cast<C>(e.code);
-  const bool raw_ok = ecode != C::Int && ecode != C::UInt && ecode != C::Bool && ecode != C::Float && ecode != C::Complex;
+  const bool raw_ok =
+      ecode != C::Int && ecode != C::UInt && ecode != C::Bool && ecode != C::Float && ecode != C::Complex;
   return raw_ok && (code == C::UInt || code == C::Int) && have.bits == e.bits;
 }
 
@@ -191,8 +196,10 @@ SliceArg slice_arg(const ctstream::Checkpoint& ck, const TensorInfo& t, int64_t 
   SliceArg a;
   if (dim >= 0) {
     if (static_cast<uint64_t>(dim) >= t.shape.size())  // before the narrowing to the core's unsigned dim
-      raise("index", "slice dimension " + std::to_string(dim) + " out of range for '" + t.name + "' with " +
-                         std::to_string(t.shape.size()) + " dimensions", t.name);
+      raise("index",
+            "slice dimension " + std::to_string(dim) + " out of range for '" + t.name + "' with " +
+                std::to_string(t.shape.size()) + " dimensions",
+            t.name);
     a.slice = ctstream::Slice{static_cast<unsigned>(dim), start, stop};
   }
   const std::vector<uint64_t> shape = ck.output_shape(t, a.slice);
@@ -227,7 +234,7 @@ void* out_alloc(uint64_t bytes) {
     if (total >= kHugeFrom) ::madvise(base, total, MADV_HUGEPAGE);
 #endif
   } else {
-    base = ::operator new(total, std::align_val_t{kAlign});
+    base = ::operator new (total, std::align_val_t{kAlign});
   }
   std::memcpy(base, &total, sizeof total);
   return static_cast<std::byte*>(base) + kAlign;
@@ -237,7 +244,7 @@ void out_free(void* p) noexcept {
   size_t total;
   std::memcpy(&total, base, sizeof total);
   if (total >= kMmapFrom) ::munmap(base, total);
-  else ::operator delete(base, std::align_val_t{kAlign});
+  else ::operator delete (base, std::align_val_t{kAlign});
 }
 
 Buffer allocate(uint64_t bytes) {
@@ -278,7 +285,11 @@ class TensorIter {
  public:
   TensorIter(CkPtr ck, std::optional<DType> dtype, uint64_t budget, unsigned threads,
              std::optional<std::vector<std::string>> names)
-      : ck_(std::move(ck)), dtype_(dtype), budget_(budget), threads_(threads), names_(std::move(names)),
+      : ck_(std::move(ck)),
+        dtype_(dtype),
+        budget_(budget),
+        threads_(threads),
+        names_(std::move(names)),
         st_(std::make_unique<State>()) {
     if (names_)
       for (const auto& n : *names_) (void)ck_->at(n);  // unknown names fail here, not mid-stream
@@ -350,7 +361,7 @@ class TensorIter {
 
   CkPtr ck_;
   std::optional<DType> dtype_;
-  uint64_t budget_;   // bytes decoded ahead of the consumer (0: StreamOptions default)
+  uint64_t budget_;  // bytes decoded ahead of the consumer (0: StreamOptions default)
   unsigned threads_;
   std::optional<std::vector<std::string>> names_;  // delivery order (all tensors when unset)
   std::unique_ptr<State> st_;
@@ -426,7 +437,8 @@ class PyCheckpoint {
       n = ck->decode_into(t, std::span<std::byte>(b.data, bytes), d, s.slice);
       ck->release(t);  // drop its file pages from the process: RSS stays bounded across get()s
     }
-    if (n != bytes) throw std::runtime_error("ctstream: decoded " + std::to_string(n) + " bytes, expected " + std::to_string(bytes));
+    if (n != bytes)
+      throw std::runtime_error("ctstream: decoded " + std::to_string(n) + " bytes, expected " + std::to_string(bytes));
     return nb::make_tuple(make_array(b, d, s.shape, bytes), std::string(ctstream::dtype_name(d)));
   }
 
@@ -442,14 +454,17 @@ class PyCheckpoint {
       nb::ndarray<nb::ro> ro;
       if (nb::try_cast(out, ro, false))
         raise("invalid_argument", "out= for '" + name + "' is read-only; pass a writable array", name);
-      throw nb::type_error(("out= for '" + name + "' must be a torch.Tensor or numpy.ndarray on the CPU (any "
+      throw nb::type_error(("out= for '" + name +
+                            "' must be a torch.Tensor or numpy.ndarray on the CPU (any "
                             "DLPack / buffer-protocol array), not " +
                             std::string(nb::str(out.type().attr("__name__")).c_str()))
                                .c_str());
     }
     if (arr.device_type() != nb::device::cpu::value)
-      raise("invalid_argument", "out= for '" + name + "' is not in CPU memory (DLPack device type " +
-                                    std::to_string(arr.device_type()) + "); decode into a CPU tensor and .copy_() it", name);
+      raise("invalid_argument",
+            "out= for '" + name + "' is not in CPU memory (DLPack device type " + std::to_string(arr.device_type()) +
+                "); decode into a CPU tensor and .copy_() it",
+            name);
     std::optional<DType> req = dtype_arg(dtype);
     DType d;
     if (req) {
@@ -462,11 +477,12 @@ class PyCheckpoint {
       d = t.dtype;
     }
     if (!out_dtype_ok(arr.dtype(), d))
-      throw nb::type_error(("out= for '" + name + "' has dtype " + dl_name(arr.dtype()) + ", but the tensor decodes as " +
-                            std::string(ctstream::dtype_name(d)) +
-                            (convertible(t) ? " (floating tensors: pass dtype= or an out of bfloat16, float16 or float32)"
-                                            : " (integer/bool tensors come back as stored)"))
-                               .c_str());
+      throw nb::type_error(
+          ("out= for '" + name + "' has dtype " + dl_name(arr.dtype()) + ", but the tensor decodes as " +
+           std::string(ctstream::dtype_name(d)) +
+           (convertible(t) ? " (floating tensors: pass dtype= or an out of bfloat16, float16 or float32)"
+                           : " (integer/bool tensors come back as stored)"))
+              .c_str());
     const SliceArg s = slice_arg(*ck, t, dim, start, stop);
     auto shape_str = [](auto get, size_t n) {
       std::string r = "(";
@@ -476,15 +492,19 @@ class PyCheckpoint {
     bool same = arr.ndim() == s.shape.size();
     for (size_t i = 0; same && i < s.shape.size(); ++i) same = arr.shape(i) == s.shape[i];
     if (!same)
-      raise("invalid_argument", "out= for '" + name + "' has shape " +
-                                    shape_str([&](size_t i) { return arr.shape(i); }, arr.ndim()) + ", expected " +
-                                    shape_str([&](size_t i) { return s.shape[i]; }, s.shape.size()), name);
+      raise("invalid_argument",
+            "out= for '" + name + "' has shape " + shape_str([&](size_t i) { return arr.shape(i); }, arr.ndim()) +
+                ", expected " + shape_str([&](size_t i) { return s.shape[i]; }, s.shape.size()),
+            name);
     // C-contiguous: strides (in elements) of the dimensions longer than 1 are row-major.
     int64_t expect = 1;
     for (size_t i = s.shape.size(); i-- > 0;) {
       if (s.shape[i] != 1 && arr.stride(i) != expect)
-        raise("invalid_argument", "out= for '" + name + "' is not C-contiguous; pass a contiguous array "
-                                      "(.contiguous() / np.ascontiguousarray) or decode and copy", name);
+        raise("invalid_argument",
+              "out= for '" + name +
+                  "' is not C-contiguous; pass a contiguous array "
+                  "(.contiguous() / np.ascontiguousarray) or decode and copy",
+              name);
       expect *= static_cast<int64_t>(s.shape[i]);
     }
     const uint64_t bytes = arr.nbytes();
@@ -569,16 +589,20 @@ NB_MODULE(_ctstream, m) {
   m.doc() = "ctstream native module: decode compressed-tensors checkpoints into caller memory";
   m.attr("__version__") = ctstream::version_string;
   m.def("active_isa", [] { return std::string(ctstream::active_isa()); });
-  m.def("dtype_bits", [](const std::string& name) -> std::optional<unsigned> {
-    auto d = ctstream::dtype_from_name(name);
-    return d ? std::optional<unsigned>(ctstream::dtype_bits(*d)) : std::nullopt;
-  }, "name"_a, "Bits per element of a safetensors dtype name ('F4' -> 4), None for an unknown name.");
-  m.def("parse_bytes", [](const std::string& text) { return ctstream::parse_bytes(text); }, "text"_a,
-        "Byte count of '512MB', '1.5GiB', '4096' (K/M/G/T, KB..TB = 1000^n, KiB..TiB = 1024^n); the core's "
-        "grammar, shared with the CLI's --budget. Raises InvalidArgumentError.");
+  m.def(
+      "dtype_bits",
+      [](const std::string& name) -> std::optional<unsigned> {
+        auto d = ctstream::dtype_from_name(name);
+        return d ? std::optional<unsigned>(ctstream::dtype_bits(*d)) : std::nullopt;
+      },
+      "name"_a, "Bits per element of a safetensors dtype name ('F4' -> 4), None for an unknown name.");
+  m.def(
+      "parse_bytes", [](const std::string& text) { return ctstream::parse_bytes(text); }, "text"_a,
+      "Byte count of '512MB', '1.5GiB', '4096' (K/M/G/T, KB..TB = 1000^n, KiB..TiB = 1024^n); the core's "
+      "grammar, shared with the CLI's --budget. Raises InvalidArgumentError.");
 
-  using ctstream_py::g_error;
   using ctstream_py::g_classes;
+  using ctstream_py::g_error;
   g_error = PyErr_NewExceptionWithDoc("ctstream.Error",
                                       "Any failure reported by ctstream (malformed file, unsupported format, "
                                       "bad argument). Attributes: kind (e.g. 'invalid_header'), file, tensor.",
@@ -598,35 +622,46 @@ NB_MODULE(_ctstream, m) {
       .def_ro("offset", &ctstream::TensorPart::offset)
       .def_ro("nbytes", &ctstream::TensorPart::nbytes)
       .def("__repr__", [](const ctstream::TensorPart& p) {
-        return "TensorPart(role='" + p.role + "', key='" + p.key + "', dtype=" + std::string(ctstream::dtype_name(p.dtype)) +
-               ", nbytes=" + std::to_string(p.nbytes) + ")";
+        return "TensorPart(role='" + p.role + "', key='" + p.key +
+               "', dtype=" + std::string(ctstream::dtype_name(p.dtype)) + ", nbytes=" + std::to_string(p.nbytes) + ")";
       });
 
   nb::class_<TensorInfo>(m, "TensorInfo", "Metadata of one logical tensor (holds no data).")
       .def_ro("name", &TensorInfo::name)
       .def_prop_ro("shape", [](const TensorInfo& t) { return shape_of(t.shape); })
-      .def_prop_ro("dtype", [](const TensorInfo& t) { return std::string(ctstream::dtype_name(t.dtype)); },
-                   "natural decoded dtype (safetensors spelling, e.g. 'BF16')")
+      .def_prop_ro(
+          "dtype", [](const TensorInfo& t) { return std::string(ctstream::dtype_name(t.dtype)); },
+          "natural decoded dtype (safetensors spelling, e.g. 'BF16')")
       .def_prop_ro("format", [](const TensorInfo& t) { return std::string(ctstream::format_name(t.format)); })
       .def_ro("quantized", &TensorInfo::quantized)
-      .def_prop_ro("num_bits", [](const TensorInfo& t) -> std::optional<unsigned> {
-        return t.quantized ? std::optional<unsigned>(t.quant.num_bits) : std::nullopt;
-      })
-      .def_prop_ro("strategy", [](const TensorInfo& t) -> std::optional<std::string> {
-        return t.quantized ? std::optional<std::string>(std::string(ctstream::strategy_name(t.quant.strategy))) : std::nullopt;
-      })
-      .def_prop_ro("group_size", [](const TensorInfo& t) -> std::optional<uint64_t> {
-        return t.quantized && t.quant.group_size ? std::optional<uint64_t>(t.quant.group_size) : std::nullopt;
-      })
-      .def_prop_ro("symmetric", [](const TensorInfo& t) -> std::optional<bool> {
-        return t.quantized ? std::optional<bool>(t.quant.symmetric) : std::nullopt;
-      })
+      .def_prop_ro("num_bits",
+                   [](const TensorInfo& t) -> std::optional<unsigned> {
+                     return t.quantized ? std::optional<unsigned>(t.quant.num_bits) : std::nullopt;
+                   })
+      .def_prop_ro("strategy",
+                   [](const TensorInfo& t) -> std::optional<std::string> {
+                     return t.quantized
+                                ? std::optional<std::string>(std::string(ctstream::strategy_name(t.quant.strategy)))
+                                : std::nullopt;
+                   })
+      .def_prop_ro("group_size",
+                   [](const TensorInfo& t) -> std::optional<uint64_t> {
+                     return t.quantized && t.quant.group_size ? std::optional<uint64_t>(t.quant.group_size)
+                                                              : std::nullopt;
+                   })
+      .def_prop_ro("symmetric",
+                   [](const TensorInfo& t) -> std::optional<bool> {
+                     return t.quantized ? std::optional<bool>(t.quant.symmetric) : std::nullopt;
+                   })
       .def_ro("parts", &TensorInfo::parts)
       .def_prop_ro("numel", &TensorInfo::numel)
       .def_prop_ro("stored_bytes", &TensorInfo::stored_bytes)
-      .def("decoded_bytes", [](const TensorInfo& t, std::optional<std::string> dtype) {
-        return t.decoded_bytes(resolve(t, dtype_arg(dtype)));
-      }, "dtype"_a = nb::none())
+      .def(
+          "decoded_bytes",
+          [](const TensorInfo& t, std::optional<std::string> dtype) {
+            return t.decoded_bytes(resolve(t, dtype_arg(dtype)));
+          },
+          "dtype"_a = nb::none())
       .def("__repr__", [](const TensorInfo& t) {
         std::string s = "TensorInfo(name='" + t.name + "', shape=[";
         for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);

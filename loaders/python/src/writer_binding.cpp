@@ -49,10 +49,11 @@ std::optional<T> get(const nb::dict& d, const char* key) {
 }
 
 CompressOptions options_from(const nb::dict& d) {
-  static const std::set<std::string> known = {"format", "bits", "strategy", "group_size", "block", "symmetric",
-                                              "activations", "fuse_global_scales", "prune_24", "targets", "ignore",
-                                              "dtype", "shard_size", "overwrite", "copy_other_files", "compute_errors",
-                                              "io", "threads"};
+  static const std::set<std::string> known = {"format",     "bits",      "strategy",         "group_size",
+                                              "block",      "symmetric", "activations",      "fuse_global_scales",
+                                              "prune_24",   "targets",   "ignore",           "dtype",
+                                              "shard_size", "overwrite", "copy_other_files", "compute_errors",
+                                              "io",         "threads"};
   for (auto [k, v] : d) {
     std::string key;
     if (!nb::try_cast<std::string>(k, key) || !known.count(key)) raise("invalid_argument", "unknown writer option");
@@ -88,7 +89,8 @@ CompressOptions options_from(const nb::dict& d) {
   if (auto v = get<std::vector<std::string>>(d, "ignore")) o.ignore = *v;
   if (auto s = get<std::string>(d, "dtype")) {
     const auto dt = ctstream::dtype_from_user(*s);
-    if (!dt || !ctstream::is_float_output(*dt)) raise("invalid_argument", "dtype must be bfloat16, float16 or float32; got '" + *s + "'");
+    if (!dt || !ctstream::is_float_output(*dt))
+      raise("invalid_argument", "dtype must be bfloat16, float16 or float32; got '" + *s + "'");
     o.dtype = *dt;
   }
   if (auto v = get<uint64_t>(d, "shard_size")) {
@@ -180,7 +182,8 @@ struct PyFetch {
   }
 };
 
-std::string compress_tensors(const std::string& out_dir, const std::vector<std::tuple<std::string, std::string, std::vector<uint64_t>>>& entries,
+std::string compress_tensors(const std::string& out_dir,
+                             const std::vector<std::tuple<std::string, std::string, std::vector<uint64_t>>>& entries,
                              nb::object fetch, const nb::dict& options, const std::string& config_json,
                              const std::map<std::string, std::vector<std::string>>& module_classes,
                              const std::map<std::string, std::string>& extra_files, nb::object progress) {
@@ -199,8 +202,9 @@ std::string compress_tensors(const std::string& out_dir, const std::vector<std::
   }
   std::optional<ctstream::BufferSource> src;
   try {
-    src.emplace(std::move(es), [pf](size_t i) { return (*pf)(i); },
-                ctstream::BufferSource::Model{config_json, module_classes, extra_files});
+    src.emplace(
+        std::move(es), [pf](size_t i) { return (*pf)(i); },
+        ctstream::BufferSource::Model{config_json, module_classes, extra_files});
   } catch (const ctstream::Error& e) {
     set_error(std::string(ctstream::error_kind_name(e.kind())), e.what(), e.file(), e.tensor());
     throw nb::python_error();
@@ -209,11 +213,13 @@ std::string compress_tensors(const std::string& out_dir, const std::vector<std::
                       [&] { pf->release_view(); });
 }
 
-std::string compress_checkpoint(const std::string& in, const std::string& out_dir, const nb::dict& options, nb::object progress) {
+std::string compress_checkpoint(const std::string& in, const std::string& out_dir, const nb::dict& options,
+                                nb::object progress) {
   auto pending = std::make_shared<Pending>();
   CompressOptions o = options_from(options);
   set_progress(o, std::move(progress), pending);
-  return run_released([&] { return ctstream::report_json(ctstream::compress_checkpoint(in, out_dir, o), o); }, pending, [] {});
+  return run_released([&] { return ctstream::report_json(ctstream::compress_checkpoint(in, out_dir, o), o); }, pending,
+                      [] {});
 }
 
 }  // namespace

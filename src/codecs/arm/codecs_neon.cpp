@@ -12,10 +12,10 @@
 namespace ctstream::codecs::neon {
 namespace {
 
-using simd::Kind;
 using simd::kBF16;
 using simd::kF16;
 using simd::kF32;
+using simd::Kind;
 
 // ---------------------------------------------------------------- bitmask expand
 //
@@ -166,8 +166,8 @@ inline void byte_values(uint8x16_t c, float32x4_t x[4]) {
         const float32x4_t v = vmulq_f32(f32_of_f16(f), vdupq_n_f32(256.f));
         const uint32x4_t isnan = vmovl_u16(k ? vget_high_u16(nan) : vget_low_u16(nan));
         const uint32x4_t isn = vorrq_u32(isnan, vshlq_n_u32(isnan, 16));  // 0xFFFF -> 0xFFFFFFFF
-        const uint32x4_t q = vorrq_u32(vandq_u32(vreinterpretq_u32_f32(v), vdupq_n_u32(0x80000000u)),
-                                       vdupq_n_u32(0x7FC00000u));
+        const uint32x4_t q =
+            vorrq_u32(vandq_u32(vreinterpretq_u32_f32(v), vdupq_n_u32(0x80000000u)), vdupq_n_u32(0x7FC00000u));
         x[2 * h + k] = vreinterpretq_f32_u32(vbslq_u32(isn, q, vreinterpretq_u32_f32(v)));
       }
     }
@@ -227,7 +227,7 @@ void dequant_byte(const uint8_t* codes, size_t cols, ByteCode code, const float*
     simd::with_flag(zp != nullptr, [&](auto z) {
       simd::with_flag(code == ByteCode::e4m3, [&](auto e4m3) {
         byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value>(codes, cols, scale,
-                                                                                                     zp, spec, out);
+                                                                                                    zp, spec, out);
       });
     });
   });

@@ -10,8 +10,8 @@
 #include <immintrin.h>
 
 #include "codecs/dequant.hpp"
-#include "codecs/simd_dispatch.hpp"
 #include "codecs/isa_kernels.hpp"
+#include "codecs/simd_dispatch.hpp"
 
 namespace ctstream::codecs::avx2 {
 namespace {
@@ -22,9 +22,9 @@ namespace {
 // popcount(m & ((1 << i) - 1)) when bit i is set, else zero.
 
 struct ExpandTables {
-  uint64_t b1[9][256];   // pshufb bytes for 8 one-byte elements (0x80 = zero), indices + [c]
-  uint8_t b2[256][16];   // pshufb bytes for 8 two-byte elements
-  uint64_t b4[256];      // vpermd indices for 8 four-byte elements as signed bytes (-1 = zero)
+  uint64_t b1[9][256];  // pshufb bytes for 8 one-byte elements (0x80 = zero), indices + [c]
+  uint8_t b2[256][16];  // pshufb bytes for 8 two-byte elements
+  uint64_t b4[256];     // vpermd indices for 8 four-byte elements as signed bytes (-1 = zero)
 };
 
 constexpr ExpandTables make_tables() {
@@ -75,13 +75,14 @@ struct Step1 {
   static unsigned step(const uint8_t* m, const uint8_t* v, uint8_t* o) {
     const unsigned m0 = m[0], m1 = m[1], m2 = m[2], m3 = m[3];
     const unsigned c0 = pc8(m0), c01 = c0 + pc8(m1), c2 = pc8(m2);
-    const __m256i x = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(v + c01), reinterpret_cast<const __m128i*>(v));
-    const __m128i ctl0 = _mm_castpd_si128(_mm_loadh_pd(
-        _mm_castsi128_pd(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kTables.b1[0][m0]))),
-        reinterpret_cast<const double*>(&kTables.b1[c0][m1])));
-    const __m128i ctl1 = _mm_castpd_si128(_mm_loadh_pd(
-        _mm_castsi128_pd(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kTables.b1[0][m2]))),
-        reinterpret_cast<const double*>(&kTables.b1[c2][m3])));
+    const __m256i x =
+        _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(v + c01), reinterpret_cast<const __m128i*>(v));
+    const __m128i ctl0 = _mm_castpd_si128(
+        _mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kTables.b1[0][m0]))),
+                     reinterpret_cast<const double*>(&kTables.b1[c0][m1])));
+    const __m128i ctl1 = _mm_castpd_si128(
+        _mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kTables.b1[0][m2]))),
+                     reinterpret_cast<const double*>(&kTables.b1[c2][m3])));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_shuffle_epi8(x, _mm256_set_m128i(ctl1, ctl0)));
     return c01 + c2 + pc8(m3);
   }
@@ -92,7 +93,8 @@ struct Step2 {
   static constexpr unsigned W = 32, E = 2;
   static unsigned reach(const uint8_t* m) { return 2 * (pc8(m[0]) + pc8(m[1]) + pc8(m[2])) + 16; }
   static __m256i half(unsigned m0, unsigned m1, unsigned c0, const uint8_t* v) {
-    const __m256i x = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(v + 2 * c0), reinterpret_cast<const __m128i*>(v));
+    const __m256i x =
+        _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(v + 2 * c0), reinterpret_cast<const __m128i*>(v));
     const __m256i ctl = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(kTables.b2[m1]),
                                             reinterpret_cast<const __m128i*>(kTables.b2[m0]));
     return _mm256_shuffle_epi8(x, ctl);
@@ -157,10 +159,10 @@ size_t expand_row(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o
 // the results interleave with one 16-bit blend; for f32 output p = 0,1,4,5,2,3,6,7 so that
 // unpacklo/unpackhi_ps give columns 0..7 and 8..15 directly.
 
-using simd::Kind;
 using simd::kBF16;
 using simd::kF16;
 using simd::kF32;
+using simd::Kind;
 constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 // Each lane's RNE bf16 in its high 16 bits (low 16 bits: junk); NaN -> quietened, as half.hpp.
@@ -211,7 +213,8 @@ inline __m256 lut_lookup(__m256i idx, __m256 lo, __m256 hi) {
 // 16 columns from the 8 bytes in the low half of `bytes`, written at out + j (whole chunk).
 template <Kind N, Kind O, bool ZP>
 inline void chunk(__m128i bytes, __m256 lut_lo, __m256 lut_hi, Lanes s, Lanes z, void* out, size_t j) {
-  if constexpr (O == kF32) bytes = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  if constexpr (O == kF32)
+    bytes = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   const __m256i ia = _mm256_cvtepu8_epi32(bytes);
   const __m256i ib = _mm256_srli_epi32(ia, 4);
   __m256 a = lut_lookup(ia, lut_lo, lut_hi), b = lut_lookup(ib, lut_lo, lut_hi);
@@ -245,8 +248,9 @@ inline Lanes lane_values(const float* t, size_t j, size_t g, size_t nb, size_t g
   const __m256i ca = col_a<O>(), cb = _mm256_add_epi32(ca, _mm256_set1_epi32(1));
   if (gs == 1) {  // one entry per column: gather t[j + col] for valid columns
     const __m256i lim = _mm256_set1_epi32(static_cast<int>(n));
-    return {_mm256_mask_i32gather_ps(_mm256_setzero_ps(), t + j, ca, _mm256_castsi256_ps(_mm256_cmpgt_epi32(lim, ca)), 4),
-            _mm256_mask_i32gather_ps(_mm256_setzero_ps(), t + j, cb, _mm256_castsi256_ps(_mm256_cmpgt_epi32(lim, cb)), 4)};
+    return {
+        _mm256_mask_i32gather_ps(_mm256_setzero_ps(), t + j, ca, _mm256_castsi256_ps(_mm256_cmpgt_epi32(lim, ca)), 4),
+        _mm256_mask_i32gather_ps(_mm256_setzero_ps(), t + j, cb, _mm256_castsi256_ps(_mm256_cmpgt_epi32(lim, cb)), 4)};
   }
   Lanes r{_mm256_set1_ps(t[g]), _mm256_set1_ps(t[g])};
   for (size_t b = nb; b < j + n; b += gs) {  // group ++g starts at column b, inside this chunk
@@ -282,15 +286,15 @@ template <Kind N, Kind O>
 inline Table16 table16(Lanes t) {
   __m256i w;  // the 16 words in order
   if constexpr (O == kBF16) {
-    w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(out_bf16_hi<N>(t.a), 16),
-                                                     _mm256_srli_epi32(out_bf16_hi<N>(t.b), 16)), 0xD8);
+    w = _mm256_permute4x64_epi64(
+        _mm256_packus_epi32(_mm256_srli_epi32(out_bf16_hi<N>(t.a), 16), _mm256_srli_epi32(out_bf16_hi<N>(t.b), 16)),
+        0xD8);
   } else {
     w = _mm256_set_m128i(out_f16<N>(t.b), out_f16<N>(t.a));
   }
   // Per lane: low bytes of its 8 words, then their high bytes; then gather the halves.
-  const __m256i split = _mm256_shuffle_epi8(
-      w, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9,
-                          11, 13, 15));
+  const __m256i split = _mm256_shuffle_epi8(w, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
+                                                                2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
   const __m256i q = _mm256_permute4x64_epi64(split, 0xD8);  // [low bytes w0-15 | high bytes w0-15]
   return {_mm256_permute2x128_si256(q, q, 0x00), _mm256_permute2x128_si256(q, q, 0x11)};
 }
@@ -349,7 +353,8 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
       } else {  // a single 16-column chunk in this group (e.g. group size 16): no table
         const Lanes s{_mm256_set1_ps(scale[g]), _mm256_set1_ps(scale[g])};
         const Lanes z = ZP ? Lanes{_mm256_set1_ps(zp[g]), _mm256_set1_ps(zp[g])} : s;
-        chunk<N, O, ZP>(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + j / 2)), lut_lo, lut_hi, s, z, out, j);
+        chunk<N, O, ZP>(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + j / 2)), lut_lo, lut_hi, s, z, out,
+                        j);
         j += 16;
       }
     } else {
@@ -394,8 +399,9 @@ inline __m256 byte_values(__m128i bytes) {  // low 8 bytes
     const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8), _mm_slli_epi16(mag, 7));
     const __m256 x = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.f));
     const __m256 nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F))));
-    const __m256 q = _mm256_or_ps(_mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)))),
-                                  _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)));
+    const __m256 q =
+        _mm256_or_ps(_mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)))),
+                     _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)));
     return _mm256_blendv_ps(x, q, nan);
   }
 }
@@ -467,8 +473,8 @@ void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCod
   simd::with_kinds(spec, [&](auto n, auto o) {
     simd::with_flag(zp != nullptr, [&](auto z) {
       simd::with_flag(code == ::ctstream::codecs::ByteCode::e4m3, [&](auto e4m3) {
-        byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value>(codes, cols, scale, zp, gs,
-                                                                                                     out);
+        byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value>(codes, cols, scale,
+                                                                                                    zp, gs, out);
       });
     });
   });

@@ -9,8 +9,8 @@
 #include <immintrin.h>
 
 #include "codecs/dequant.hpp"
-#include "codecs/simd_dispatch.hpp"
 #include "codecs/isa_kernels.hpp"
+#include "codecs/simd_dispatch.hpp"
 
 namespace ctstream::codecs::avx512 {
 namespace {
@@ -105,10 +105,10 @@ size_t expand_row(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o
 // and the two results interleave with one 16-bit blend; for f32 output p is chosen so that
 // unpacklo/unpackhi_ps give columns 0..15 and 16..31 directly.
 
-using simd::Kind;
 using simd::kBF16;
 using simd::kF16;
 using simd::kF32;
+using simd::Kind;
 constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 // Each lane's RNE bf16 in its high 16 bits (low 16 bits: junk); NaN -> quietened, as half.hpp.
@@ -156,8 +156,7 @@ inline __m128i byte_order() {
 }
 template <Kind O>
 inline __m512i col_a() {
-  if constexpr (O == kF32)
-    return _mm512_setr_epi32(0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30);
+  if constexpr (O == kF32) return _mm512_setr_epi32(0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30);
   else return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
 }
 
@@ -180,8 +179,8 @@ inline void chunk(__m128i bytes, __m512 lutv, Lanes s, Lanes z, void* out, size_
     else _mm512_mask_storeu_epi16(o, valid, w);
   } else if constexpr (O == kF16) {
     const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(out_f16<N>(a)), out_f16<N>(b), 1);
-    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                         5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     const __m512i w = _mm512_permutexvar_epi16(idx, ab);
     uint16_t* o = static_cast<uint16_t*>(out) + j;
     if (valid == ~0u) _mm512_storeu_si512(o, w);
@@ -314,7 +313,8 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
       }
     } else if (gs % 16 == 0) {  // group g ends at j + 16 (nb is a multiple of 16): two tables
       const __m512 t0 = group_values<ZP>(lutv, scale, zp, g), t1 = group_values<ZP>(lutv, scale, zp, g + 1);
-      if constexpr (O == kF32) chunk_pair32(packed + j / 2, natural_image<N>(t0), natural_image<N>(t1), static_cast<float*>(out) + j);
+      if constexpr (O == kF32)
+        chunk_pair32(packed + j / 2, natural_image<N>(t0), natural_image<N>(t1), static_cast<float*>(out) + j);
       else chunk_pair16(packed + j / 2, pair_table16<N, O>(t0, t1), static_cast<uint16_t*>(out) + j);
       j += 32;
     } else {
@@ -353,13 +353,14 @@ inline __m512 byte_values(__m128i bytes) {
   } else {
     const __m256i w = _mm256_cvtepu8_epi16(bytes);
     const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
-    const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
-                                      _mm256_slli_epi16(mag, 7));
+    const __m256i h =
+        _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8), _mm256_slli_epi16(mag, 7));
     const __m512 x = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.f));
     const __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F));
     // NaN keeps the code's sign, quiet, no payload: e4m3_to_f32 (codecs/minifloat.hpp).
-    const __m512 q = _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(static_cast<int>(0x80000000u))),
-                                                         _mm512_set1_epi32(0x7FC00000)));
+    const __m512 q = _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(static_cast<int>(0x80000000u))),
+                        _mm512_set1_epi32(0x7FC00000)));
     return _mm512_mask_mov_ps(x, nan, q);
   }
 }
@@ -447,7 +448,9 @@ static_assert(kMemoSlots * sizeof(MemoSlot) + 64 == ::ctstream::codecs::kDequant
               "kDequantByteMemoBytes: 256 slots of 576 bytes and 64 for alignment");
 constexpr size_t kMemoFrom = 64;  // shorter groups: the arithmetic path
 
-inline uint32_t f32_bits_of(float f) { return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_castps_si128(_mm_set_ss(f)))); }
+inline uint32_t f32_bits_of(float f) {
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_castps_si128(_mm_set_ss(f))));
+}
 
 template <Kind N, Kind O, bool ZP, bool E4M3>
 inline const ByteTable& memo_table(void* memo, size_t g, float scale, float zp, __m512 s, __m512 z) {
@@ -519,8 +522,8 @@ void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCod
   simd::with_kinds(spec, [&](auto n, auto o) {
     simd::with_flag(zp != nullptr, [&](auto z) {
       simd::with_flag(code == ::ctstream::codecs::ByteCode::e4m3, [&](auto e4m3) {
-        byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value>(codes, cols, scale, zp, gs,
-                                                                                                     memo, out);
+        byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value>(codes, cols, scale,
+                                                                                                    zp, gs, memo, out);
       });
     });
   });

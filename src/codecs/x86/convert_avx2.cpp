@@ -10,15 +10,13 @@ namespace {
 inline __m256i round_f32_to_bf16_lanes(__m256i x) {
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
   const __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb);
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF)),
-                                         _mm256_set1_epi32(0x7F800000));
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
   const __m256i q = _mm256_or_si256(x, _mm256_set1_epi32(0x00400000));
   return _mm256_srli_epi32(_mm256_blendv_epi8(r, q, nan), 16);
 }
 // 16 rounded lanes (two registers of u32 < 65536) -> 16 u16 in order.
-inline __m256i pack16(__m256i a, __m256i b) {
-  return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
-}
+inline __m256i pack16(__m256i a, __m256i b) { return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8); }
 
 }  // namespace
 

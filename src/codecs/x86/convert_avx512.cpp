@@ -23,9 +23,9 @@ inline __m512i round_f32_to_bf16_lanes(__m512i x) { return _mm512_srli_epi32(rou
 // The high halves of 32 lanes (a then b) as 32 u16 in order: one vpermt2w, then one full-width
 // store (instead of vpmovdw + a masked 32-byte store per 16 lanes).
 inline __m512i pack_hi32(__m512i a, __m512i b) {
-  const __m512i odd_words = _mm512_setr_epi32(0x00030001, 0x00070005, 0x000B0009, 0x000F000D, 0x00130011, 0x00170015,
-                                              0x001B0019, 0x001F001D, 0x00230021, 0x00270025, 0x002B0029, 0x002F002D,
-                                              0x00330031, 0x00370035, 0x003B0039, 0x003F003D);
+  const __m512i odd_words =
+      _mm512_setr_epi32(0x00030001, 0x00070005, 0x000B0009, 0x000F000D, 0x00130011, 0x00170015, 0x001B0019, 0x001F001D,
+                        0x00230021, 0x00270025, 0x002B0029, 0x002F002D, 0x00330031, 0x00370035, 0x003B0039, 0x003F003D);
   return _mm512_permutex2var_epi16(a, odd_words, b);
 }
 inline __mmask16 tail_mask(size_t left) { return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1); }
