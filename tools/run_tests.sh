@@ -2,13 +2,15 @@
 # One command for all tests: installs what is missing (apt packages, the Python reference venv, the
 # vLLM CPU venv under ~/.cache), builds, runs the suite (Catch2 unit tests per ISA, CLI tests,
 # Python cross-checks, vLLM engine tests), builds and runs the suite again under AddressSanitizer +
-# UndefinedBehaviorSanitizer, then replays the fuzz corpora and fuzzes each target briefly.
+# UndefinedBehaviorSanitizer, checks format and lint, cross-compiles for AArch64 and runs the kernel
+# and fixture tests under qemu-user, then replays the fuzz corpora and fuzzes each target briefly.
+# Warnings are errors in every build here (CTSTREAM_WERROR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 bash tools/setup_python.sh
 echo "== release build + tests"
-bash tools/build.sh build
+bash tools/build.sh build -DCTSTREAM_WERROR=ON
 (cd build && ctest --output-on-failure -j2)
 echo "== Python module: pip install . into .venv, then pytest tests/python"
 .venv/bin/python -m pip install -q --no-build-isolation --config-settings=build-dir=build-py .
@@ -24,9 +26,16 @@ if [ "${CTSTREAM_SKIP_VLLM:-0}" != 1 ]; then
 fi
 if [ "${CTSTREAM_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer build + tests"
-  bash tools/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCTSTREAM_SANITIZE=ON -DCTSTREAM_BUILD_BENCH=OFF
+  bash tools/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCTSTREAM_SANITIZE=ON -DCTSTREAM_BUILD_BENCH=OFF \
+    -DCTSTREAM_WERROR=ON
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -j2)
+fi
+echo "== clang-format + clang-tidy (tools/lint.sh)"
+bash tools/lint.sh
+if [ "${CTSTREAM_SKIP_AARCH64:-0}" != 1 ]; then
+  echo "== AArch64: cross-compiled, kernel + fixture tests and the CLI decode of every fixture under qemu-user"
+  CTSTREAM_WERROR=ON bash tools/cross_aarch64.sh
 fi
 if [ "${CTSTREAM_SKIP_FUZZ:-0}" != 1 ]; then
   echo "== libFuzzer: replay every committed corpus, then ${CTSTREAM_FUZZ_SECONDS:-10} s per target (clang, ASan + UBSan)"

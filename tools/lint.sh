@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Style and lint, as CI enforces them (part of tools/run_tests.sh):
+#   1. clang-format (.clang-format) over every tracked C/C++ file: any difference fails;
+#   2. clang-tidy (.clang-tidy: bug-prone patterns, needless copies; warnings are errors) over the
+#      translation units of src/, tools/ and loaders/ in build/compile_commands.json.
+#   tools/lint.sh --fix   reformats in place instead of checking (clang-tidy still only reports).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v clang-format >/dev/null && command -v run-clang-tidy >/dev/null || bash tools/setup.sh
+mapfile -t files < <(git ls-files -co --exclude-standard '*.cpp' '*.hpp' '*.h' '*.c' '*.cu' '*.cuh')
+if [ "${1:-}" = --fix ]; then
+  clang-format -i "${files[@]}"
+else
+  clang-format --dry-run -Werror "${files[@]}"
+  echo "clang-format: ${#files[@]} files formatted"
+fi
+[ -f build/compile_commands.json ] || bash tools/build.sh build >/dev/null
+log=$(mktemp)
+if ! run-clang-tidy -p build -j "$(nproc)" -quiet "^$PWD/(src|tools|loaders)/" >"$log" 2>&1; then
+  grep -E "(warning|error):" "$log" | sed 's/\x1b\[[0-9;]*m//g' | sort -u
+  echo "clang-tidy: findings above (config .clang-tidy)"; rm -f "$log"; exit 1
+fi
+rm -f "$log"
+echo "clang-tidy: no findings"
