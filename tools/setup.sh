@@ -11,7 +11,7 @@ pkgs=(build-essential cmake nlohmann-json3-dev catch2 libbenchmark-dev libre2-de
 cross=0
 if [ "$(dpkg --print-architecture)" = amd64 ] && [ "${CTSTREAM_NO_CROSS:-0}" != 1 ]; then
   cross=1
-  pkgs+=(g++-aarch64-linux-gnu qemu-user libre2-dev:arm64)
+  pkgs+=(g++-aarch64-linux-gnu qemu-user libre2-dev:arm64 libgomp1:arm64 libstdc++6:arm64)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
