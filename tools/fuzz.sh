@@ -10,10 +10,29 @@
 #                                        fixture seeds; merges what it found back into the committed
 #                                        corpus (minimized) and appends executions / coverage to
 #                                        tests/fuzz/campaigns.tsv (the README table sums them).
+#   tools/fuzz.sh table                  rewrites the totals table of tests/fuzz/README.md from
+#                                        campaigns.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGETS=(checkpoint header config shards decode differential writer)
 mode=smoke
+if [ "${1:-}" = table ]; then
+  table=$(awk -F'\t' 'NR > 1 && $7 != "ok" { bad[$2]++ } NR > 1 && $7 == "ok" {
+      n[$2] += $3; runs[$2]++; secs[$2] += $6; if ($4 > cov[$2]) cov[$2] = $4; if ($5 > ft[$2]) ft[$2] = $5; last[$2] = substr($1, 1, 10)
+    } END {
+      print "| target | executions (total) | runs | fuzzing time | max cov / ft | last run | runs with a finding |"
+      print "|---|---|---|---|---|---|---|"
+      split("header config shards checkpoint decode differential writer", order, " ")
+      for (i = 1; i <= 7; i++) { t = order[i]
+        if (t in n) printf "| `fuzz_%s` | %d | %d | %.1f h | %s / %s | %s | %d |\n", t, n[t], runs[t], secs[t] / 3600, cov[t], ft[t], last[t], bad[t]
+        else printf "| `fuzz_%s` | 0 | 0 | - | - | - | - |\n", t }
+    }' tests/fuzz/campaigns.tsv)
+  awk -v table="$table" '/<!-- campaign-table -->/ { print; print ""; print table; skip = 1; next }
+      skip && /^## / { print ""; skip = 0 } !skip' tests/fuzz/README.md > tests/fuzz/README.md.new
+  mv tests/fuzz/README.md.new tests/fuzz/README.md
+  echo "$table"
+  exit 0
+fi
 if [ "${1:-}" = smoke ] || [ "${1:-}" = campaign ]; then mode=$1; shift; fi
 command -v clang++ >/dev/null || bash tools/setup.sh
 if [ ! -f build-fuzz/CMakeCache.txt ]; then
