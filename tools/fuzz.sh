@@ -96,7 +96,12 @@ ft=$(grep -oE 'ft: [0-9]+' "$log" | tail -n 1 | awk '{print $2}')
 # Minimize into the committed corpus: keep only inputs that add coverage.
 tmp=$(mktemp -d)
 build-fuzz/bin/fuzz_$t "${COMMON[@]}" -merge=1 "$tmp" "$corpus" "$work" >/dev/null 2>&1 || true
-if [ -n "$(ls -A "$tmp")" ]; then rm -rf "$corpus"; mv "$tmp" "$corpus"; else rm -rf "$tmp"; fi
+# Named regression inputs (finding-*: one per fuzz finding, see README) stay whatever the merge
+# keeps.
+if [ -n "$(ls -A "$tmp")" ]; then
+  cp "$corpus"/finding-* "$tmp"/ 2>/dev/null || true
+  rm -rf "$corpus"; mv "$tmp" "$corpus"
+else rm -rf "$tmp"; fi
 printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%Y-%m-%dT%H:%MZ)" "$t" "${execs:-0}" "${cov:-?}" "${ft:-?}" "$secs" \
   "$([ "$status" = 0 ] && echo ok || echo "FINDING rc=$status")" >> tests/fuzz/campaigns.tsv
 echo "fuzz_$t: ${execs:-?} executions, cov ${cov:-?}, ft ${ft:-?}, status $status (log $log)"
