@@ -49,7 +49,7 @@ extra() {  # per-target flags: the writer round trip is slow; plain (non-entropi
 }
 
 stat() {  # stat NAME LOG -> the number libFuzzer printed for it
-  grep -E "^stat::$1:" "$2" | tail -n 1 | awk '{print $2}'
+  { grep -E "^stat::$1:" "$2" || true; } | tail -n 1 | awk '{print $2}'  # fork mode prints none
 }
 
 if [ "$mode" = smoke ]; then
@@ -90,9 +90,9 @@ else
   build-fuzz/bin/fuzz_$t "${COMMON[@]}" $(extra "$t") -max_total_time="$secs" -artifact_prefix=build-fuzz/findings/$t- \
     "$work" "$corpus" build-fuzz/seeds/$t >"$log" 2>&1 || status=$?
 fi
-execs=$(stat number_of_executed_units "$log"); execs=${execs:-$(grep -oE '^#[0-9]+' "$log" | tail -n 1 | tr -d '#')}
-cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 | awk '{print $2}')
-ft=$(grep -oE 'ft: [0-9]+' "$log" | tail -n 1 | awk '{print $2}')
+execs=$(stat number_of_executed_units "$log"); execs=${execs:-$({ grep -oE '^#[0-9]+' "$log" || true; } | tail -n 1 | tr -d '#')}
+cov=$({ grep -oE 'cov: [0-9]+' "$log" || true; } | tail -n 1 | awk '{print $2}')
+ft=$({ grep -oE 'ft: [0-9]+' "$log" || true; } | tail -n 1 | awk '{print $2}')
 # Minimize into the committed corpus: keep only inputs that add coverage.
 tmp=$(mktemp -d)
 build-fuzz/bin/fuzz_$t "${COMMON[@]}" -merge=1 "$tmp" "$corpus" "$work" >/dev/null 2>&1 || true
