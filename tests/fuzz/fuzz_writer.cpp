@@ -164,8 +164,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const double s_min = std::max(0.0, amax_g / 448 * (1 - 0x1p-8) - sub_half);
         const double clamp = std::max(0.0, std::fabs(xi) - 448 * s_min);
         bound = 0.14 * std::fabs(xi) + std::max(amax_g / 448, eps) * 0x1p-9 + clamp + 1e-30;
-      }
-      else if (o.format == Format::nvfp4_pack_quantized)  // a global scale that overflows the dtype
+      } else if (o.format == Format::nvfp4_pack_quantized)  // a global scale that overflows the dtype
         bound = std::max(0.2 * amax_g + amax_t / 2000, std::min<double>(std::fabs(xi), 0.04)) + 0.02 * std::fabs(xi) +
                 1e-30;
       else {  // the observer's range always includes 0 (calculate_qparams clamps min <= 0 <= max); a
