@@ -49,6 +49,22 @@ def _options(format: str, bits: Optional[int], group_size: Optional[int], target
     return opts
 
 
+# The keyword options save_file / compress take as **options (save_model names them), with their
+# defaults: those of save_model's signature.
+_KEYWORD_DEFAULTS: Dict[str, Any] = dict(strategy=None, symmetric=True, block=None, activations=True, prune_24=False,
+                                         shard_size="5GB", overwrite=False, compute_errors=True)
+
+
+def _keyword_options(caller: str, options: Mapping[str, Any]) -> Dict[str, Any]:
+    """`options` over the defaults; an unknown name is an InvalidArgumentError naming `caller`."""
+    from . import InvalidArgumentError
+
+    unknown = set(options) - set(_KEYWORD_DEFAULTS)
+    if unknown:
+        raise InvalidArgumentError(f"{caller}: unknown option(s) {sorted(unknown)}")
+    return {**_KEYWORD_DEFAULTS, **options}
+
+
 def _report(text: str) -> Dict[str, Any]:
     return json.loads(text)
 
@@ -286,13 +302,7 @@ def save_file(tensors: Mapping[str, Any], path: PathLike, format: str = "pack-qu
     if groups:
         raise InvalidArgumentError(f"tensors {groups[0]} share memory: give each once (or use save_model)")
     progress = options.pop("progress", None)
-    defaults = dict(strategy=None, symmetric=True, block=None, activations=True, prune_24=False, shard_size="5GB",
-                    overwrite=False, compute_errors=True)
-    unknown = set(options) - set(defaults)
-    if unknown:
-        raise InvalidArgumentError(f"save_file: unknown option(s) {sorted(unknown)}")
-    defaults.update(options)
-    opts = _options(format, bits, group_size, targets, ignore, dtype, **defaults)
+    opts = _options(format, bits, group_size, targets, ignore, dtype, **_keyword_options("save_file", options))
     return _write(path, state, opts, _model_config(None, config), {}, {}, progress)
 
 
@@ -304,16 +314,8 @@ def compress(input: PathLike, out_dir: PathLike, format: str = "pack-quantized",
     """``ctstream compress`` from Python: converts the checkpoint at ``input`` (a .safetensors file
     or a model directory) into ``out_dir``, copying the directory's other files (tokenizer, ...).
     Options as ``save_model``. Returns the report."""
-    from . import InvalidArgumentError
-
-    defaults = dict(strategy=None, symmetric=True, block=None, activations=True, prune_24=False, shard_size="5GB",
-                    overwrite=False, compute_errors=True)
-    unknown = set(options) - set(defaults)
-    if unknown:
-        raise InvalidArgumentError(f"compress: unknown option(s) {sorted(unknown)}")
-    defaults.update(options)
     opts = _options(format, bits, group_size, targets, ignore, dtype, copy_other_files=bool(copy_other_files), io=io,
-                    **defaults)
+                    **_keyword_options("compress", options))
     return _report(_native._compress_checkpoint(os.fspath(input), os.fspath(out_dir), opts, progress))
 
 
