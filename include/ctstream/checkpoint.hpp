@@ -41,6 +41,13 @@ enum class Order : uint8_t {
   name,  ///< lexicographic by logical name
 };
 
+/// How a low-rank checkpoint (ptdeco: `decompose_config.json` beside the weights) is presented.
+enum class LowRank : uint8_t {
+  original,  ///< as the original architecture: `m.weight` = `m.1.weight` @ `m.0.weight`
+             ///< (Format::low_rank, computed on demand in fp32), `m.bias` = `m.1.bias` (default)
+  stored,    ///< the factors under their own names (decompose_config.json is not read)
+};
+
 struct OpenOptions {
   IoMode io = IoMode::mmap;
   Order order = Order::file;
@@ -50,6 +57,7 @@ struct OpenOptions {
   uint64_t max_json_bytes = 64ull << 20;
   /// Threads used to decode one large tensor (0 = OpenMP default, i.e. all cores).
   unsigned threads = 0;
+  LowRank low_rank = LowRank::original;
 };
 
 class Checkpoint {

@@ -27,8 +27,11 @@ enum class Format : uint8_t {
   mxfp6_pack_quantized,  ///< fp6 E2M3 codes (4 per 3 bytes) + E8M0 (uint8) group-32 scales
   mxfp8_quantized,       ///< fp8 E4M3 values + E8M0 group-32 scales
   marlin_24,             ///< Marlin 2:4 tiles: recognised and passed through packed only
+  /// Not a compressed-tensors format: a module decomposed by ptdeco into two factors
+  /// (format/low_rank.hpp), presented as the original weight B @ A; TensorInfo::factors holds them.
+  low_rank,
 };
-/// compressed-tensors spelling ("pack-quantized", ...).
+/// compressed-tensors spelling ("pack-quantized", ...); "low-rank" for Format::low_rank.
 std::string_view format_name(Format f) noexcept;
 /// Parses a format name in any spelling the library's registry accepts ('_', ' ' or '-', any
 /// case; "dense_sparsity" = dense); nullopt for an unknown one or "mixed-precision".
@@ -74,6 +77,9 @@ struct TensorInfo {
   bool quantized = false;  ///< `quant` is meaningful
   QuantArgs quant;
   std::vector<TensorPart> parts;  ///< stored entries, parts[0] is the main payload
+  /// Format::low_rank only: the stored factors {A = `m.0.weight` [r, in(, kh, kw)],
+  /// B = `m.1.weight` [out, r(, 1, 1)]}, each dense or compressed; `parts` is theirs concatenated.
+  std::vector<TensorInfo> factors;
 
   /// Number of elements of the logical tensor (checked at open, never overflows).
   uint64_t numel() const noexcept;

@@ -18,6 +18,13 @@
 //   sparse_bitmask        non-zeros + bitmask, dtype kept (0.12; the 0.20 line has no sparsity)
 //   sparse_24_bitmask     2:4 structured sparsity, dtype kept (0.12)
 //   dense                 plain copy, float tensors converted to `dtype` (e.g. fp32 -> bf16)
+//   low_rank              ptdeco's layout (format/low_rank.hpp): each weight W [out, in] becomes
+//                         `m.0.weight` = sqrt(S) V^T [R, in] and `m.1.weight` = U sqrt(S) [out, R]
+//                         (truncated SVD, LAPACK SGESDD), `m.bias` becomes `m.1.bias`, and
+//                         decompose_config.json says so; `rank` or `energy` picks R. A weight whose
+//                         factors would not be smaller than it stays dense. Quantize the factors by
+//                         compressing the result again (e.g. int-quantized): the reader decodes them
+//                         with their own codecs before multiplying.
 //
 // Which tensors are compressed: only 2-D `<module>.weight` tensors matched by `targets` and not
 // by `ignore`. The default target "Linear" means "Linear-like": every 2-D float `.weight` except
@@ -89,6 +96,14 @@ struct CompressOptions {
   /// then the 2 largest |x| of every 4 are kept (what the library's compressor does).
   bool prune_24 = false;
 
+  // ---- low-rank ----
+  /// low_rank: singular values kept per weight (a weight whose rank-`rank` factors would hold as
+  /// many values as it does stays dense). Exactly one of rank / energy is set.
+  uint64_t rank = 0;
+  /// low_rank: keep the smallest rank whose singular values hold this fraction (0, 1] of the
+  /// weight's energy sum(s^2), capped so that the factors hold fewer values than the weight.
+  double energy = 0;
+
   // ---- selection ----
   /// Targets: module names, "re:" patterns or "Linear" (see above). Empty = {"Linear"}.
   std::vector<std::string> targets;
@@ -130,6 +145,7 @@ struct TensorReport {
   double snr_db = 0;                           ///< 10 log10(sum x^2 / sum e^2); +inf when exact
   double rms_error = 0;
   uint64_t pruned = 0;  ///< sparse-24: groups of 4 in which non-zeros were dropped
+  uint64_t rank = 0;    ///< low-rank: the rank kept
 };
 
 struct CompressReport {

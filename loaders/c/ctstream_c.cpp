@@ -66,7 +66,7 @@ const std::array<std::string, kNumDTypes>& dtype_names() {
 }
 
 const char* format_cstr(ctstream::Format f) {
-  constexpr int n = static_cast<int>(ctstream::Format::marlin_24) + 1;
+  constexpr int n = static_cast<int>(ctstream::Format::low_rank) + 1;
   static const std::array<std::string, n> names = [] {
     std::array<std::string, n> a;
     for (int i = 0; i < n; ++i) a[i] = std::string(ctstream::format_name(static_cast<ctstream::Format>(i)));

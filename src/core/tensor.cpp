@@ -18,6 +18,7 @@ std::string_view format_name(Format f) noexcept {
     case Format::mxfp6_pack_quantized: return "mxfp6-pack-quantized";
     case Format::mxfp8_quantized: return "mxfp8-quantized";
     case Format::marlin_24: return "marlin-24";
+    case Format::low_rank: return "low-rank";
   }
   return "unknown";
 }
@@ -47,7 +48,7 @@ std::optional<Format> format_from_name(std::string_view name) noexcept {
     return true;
   };
   if (same("dense-sparsity")) return Format::dense;  // SparseML-era name of "stored dense"
-  for (int i = 0; i <= static_cast<int>(Format::marlin_24); ++i)
+  for (int i = 0; i <= static_cast<int>(Format::low_rank); ++i)
     if (same(format_name(static_cast<Format>(i)))) return static_cast<Format>(i);
   return std::nullopt;
 }

@@ -138,6 +138,7 @@ std::span<const PartRule> part_rules(Format f) noexcept {
     case Format::mxfp6_pack_quantized: return kMxPacked;
     case Format::mxfp8_quantized: return kMxfp8;
     case Format::marlin_24: return kMarlin24;
+    case Format::low_rank: return {};  // its parts are its factors', checked by their own formats
   }
   return {};
 }

@@ -235,7 +235,10 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
     case Format::int_quantized:
     case Format::float_quantized:
     case Format::mxfp8_quantized: t.shape = main.shape; break;
-    case Format::dense: fail(main, t.name, "config says dense, but the module stores compressed parts");
+    case Format::dense:
+    case Format::low_rank:  // never a config's format (scheme.cpp refuses it)
+      fail(main, t.name,
+           "config says " + std::string(format_name(fmt)) + ", but the module stores compressed-tensors parts");
   }
 
   // 3. Strategy inference for configs without args, and the pack-quantized bit layout.

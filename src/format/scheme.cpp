@@ -12,6 +12,13 @@
 namespace ctstream::format {
 namespace {
 
+/// A format name config.json may use: compressed-tensors' own (low-rank is ctstream's name for
+/// a layout that lives in decompose_config.json, never in a compression config).
+std::optional<Format> compressed_tensors_format(std::string_view name) {
+  const auto f = format_from_name(name);
+  return f == Format::low_rank ? std::nullopt : f;
+}
+
 using json = nlohmann::json;
 
 // Largest group / block size accepted: far above any real one, and small enough that no size
@@ -153,7 +160,7 @@ Scheme parse_scheme_json(const json& root, const std::string& file) {
     }
     if (auto it = q->find("format"); it != q->end() && it->is_string()) {
       const std::string f = it->get<std::string>();
-      s.global_format = format_from_name(f);
+      s.global_format = compressed_tensors_format(f);
       if (!s.global_format && f != "mixed-precision") bad(file, "unknown compression format '" + f + "'");
     }
     s.ignore = parse_targets(q->value("ignore", json()), file, "ignore");
@@ -178,7 +185,7 @@ Scheme parse_scheme_json(const json& root, const std::string& file) {
         sg.has_input_activations = ia != g.value().end() && !ia->is_null();
         if (auto f = g.value().find("format"); f != g.value().end() && !f->is_null()) {
           if (!f->is_string()) bad(file, "config group '" + g.key() + "' format must be a string, got " + f->dump());
-          sg.format = format_from_name(f->get<std::string>());
+          sg.format = compressed_tensors_format(f->get<std::string>());
           if (!sg.format)
             bad(file, "config group '" + g.key() + "' has unknown format '" + f->get<std::string>() + "'");
         }
@@ -191,7 +198,7 @@ Scheme parse_scheme_json(const json& root, const std::string& file) {
     const json f_j = sparse->value("format", json("dense"));
     if (!f_j.is_string()) bad(file, "sparsity format must be a string, got " + f_j.dump());
     const std::string f = f_j.get<std::string>();
-    s.sparse_format = format_from_name(f);
+    s.sparse_format = compressed_tensors_format(f);
     if (!s.sparse_format) bad(file, "unknown sparsity format '" + f + "'");
     s.sparse_targets = parse_targets(sparse->value("targets", json()), file, "sparsity targets");
     s.sparse_ignore = parse_targets(sparse->value("ignore", json()), file, "sparsity ignore");

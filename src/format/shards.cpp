@@ -1,5 +1,7 @@
 #include "format/shards.hpp"
 
+#include "format/low_rank.hpp"
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <system_error>
@@ -81,10 +83,13 @@ ShardSet discover_shards(const fs::path& path, uint64_t max_json) {
     // A single shard of a saved model: its config.json beside it carries the scheme.
     fs::path cfg = path.parent_path().empty() ? fs::path("config.json") : path.parent_path() / "config.json";
     if (fs::is_regular_file(cfg)) lay.config_path = cfg;
+    const fs::path dec = cfg.parent_path() / kDecomposeConfigName;
+    if (fs::is_regular_file(dec)) lay.decompose_path = dec;
     return lay;
   }
   if (!fs::is_directory(st)) throw Error(ErrorKind::io, path.string(), "", "neither a file nor a directory");
   if (fs::is_regular_file(path / "config.json")) lay.config_path = path / "config.json";
+  if (fs::is_regular_file(path / kDecomposeConfigName)) lay.decompose_path = path / kDecomposeConfigName;
   lay.index_path = find_index(path);
   if (!lay.index_path.empty()) {
     read_index(lay, path, max_json);

@@ -14,6 +14,7 @@ struct ShardSet {
   std::filesystem::path index_path;            ///< empty when there is no index
   std::map<std::string, uint32_t> weight_map;  ///< tensor key -> index into files (index only)
   std::filesystem::path config_path;           ///< config.json beside the files, empty if none
+  std::filesystem::path decompose_path;        ///< decompose_config.json (low_rank.hpp), empty if none
 };
 
 /// Finds the files of the checkpoint at `path`. Shard names from an index must stay inside the

@@ -7,6 +7,7 @@
 #include "core/boundary.hpp"
 #include "core/checked.hpp"
 #include "format/grouping.hpp"
+#include "format/low_rank.hpp"
 #include "format/safetensors.hpp"
 #include "format/shards.hpp"
 #include "reader/internal.hpp"
@@ -87,6 +88,20 @@ std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::
   return raw;
 }
 
+/// Open-time size checks of one stored logical tensor (before any merge into low-rank weights).
+void check_size(const Checkpoint::Impl& ck, const TensorInfo& t) {
+  if (!detail::checked_numel(t.shape) || !detail::checked_mul(*detail::checked_numel(t.shape), 64))
+    throw Error(ErrorKind::overflow, ck.paths.at(t.parts.front().file).string(), t.name,
+                "logical shape product overflows 64 bits");
+  // Every layout the format table admits stores at least 1 byte per 16 elements (1-bit codes
+  // pack 8 per byte, a bitmask 8 per byte): a tensor that claims more elements than that is a
+  // layout the table failed to bound, and would make callers allocate without limit.
+  if (t.numel() > 16 * t.stored_bytes() + 16)
+    throw Error(ErrorKind::corrupt_tensor, ck.paths.at(t.parts.front().file).string(), t.name,
+                "claims " + std::to_string(t.numel()) + " elements but stores only " +
+                    std::to_string(t.stored_bytes()) + " bytes");
+}
+
 }  // namespace
 
 Checkpoint Checkpoint::open(const fs::path& path, const OpenOptions& options) {
@@ -111,6 +126,12 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
         return b;
       },
       [&impl](uint32_t f) { return impl.paths.at(f).string(); });
+  for (const auto& t : ck->tensors) check_size(*ck, t);
+  if (options.low_rank == LowRank::original && !lay.decompose_path.empty()) {
+    const std::string dec_file = lay.decompose_path.string();
+    const std::string text = io::read_small_file(lay.decompose_path, options.max_json_bytes);
+    format::merge_low_rank(ck->tensors, format::parse_decompose_config(text, dec_file), dec_file);
+  }
   if (options.order == Order::name)
     std::stable_sort(ck->tensors.begin(), ck->tensors.end(),
                      [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
@@ -120,20 +141,7 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
       const auto& pb = b.parts.front();
       return std::tie(pa.file, pa.offset) < std::tie(pb.file, pb.offset);
     });
-  for (size_t i = 0; i < ck->tensors.size(); ++i) {
-    const auto& t = ck->tensors[i];
-    if (!detail::checked_numel(t.shape) || !detail::checked_mul(*detail::checked_numel(t.shape), 64))
-      throw Error(ErrorKind::overflow, ck->paths.at(t.parts.front().file).string(), t.name,
-                  "logical shape product overflows 64 bits");
-    // Every layout the format table admits stores at least 1 byte per 16 elements (1-bit codes
-    // pack 8 per byte, a bitmask 8 per byte): a tensor that claims more elements than that is a
-    // layout the table failed to bound, and would make callers allocate without limit.
-    if (t.numel() > 16 * t.stored_bytes() + 16)
-      throw Error(ErrorKind::corrupt_tensor, ck->paths.at(t.parts.front().file).string(), t.name,
-                  "claims " + std::to_string(t.numel()) + " elements but stores only " +
-                      std::to_string(t.stored_bytes()) + " bytes");
-    ck->by_name.emplace(t.name, i);
-  }
+  for (size_t i = 0; i < ck->tensors.size(); ++i) ck->by_name.emplace(ck->tensors[i].name, i);
   return Checkpoint(std::move(ck));
 }
 
@@ -159,19 +167,24 @@ const TensorInfo& Checkpoint::at(std::string_view name) const {
               "no such tensor in the checkpoint");
 }
 
+uint64_t reader::decode(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
+                        const std::optional<Slice>& slice) {
+  const SliceGeom g = slice_geometry(ck, t, slice);
+  if (t.format == Format::dense) return decode_dense(ck, t, out, out_dtype, g);
+  if ((t.quantized || t.format == Format::low_rank) && !is_float_output(out_dtype))
+    fail(ck, t, ErrorKind::unsupported,
+         std::string(t.quantized ? "a quantized" : "a low-rank") + " weight decodes to BF16, F16 or F32, not " +
+             std::string(dtype_name(out_dtype)) + "; use read_part()");
+  if (t.format == Format::low_rank) return decode_low_rank(ck, t, out, out_dtype, g, slice);
+  if (g.out_elems() == 0) return 0;  // nothing to decode: no decoder, no reads
+  const auto dec = make_decoder(ck, t, out_dtype);
+  return run_rows(ck, t, out, out_dtype, g, slice, *dec);
+}
+
 uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                                  const std::optional<Slice>& slice) const {
-  return detail::at_boundary(reader::file_name(*impl_, t), t.name, [&]() -> uint64_t {
-    const reader::SliceGeom g = reader::slice_geometry(*impl_, t, slice);
-    if (t.format == Format::dense) return reader::decode_dense(*impl_, t, out, out_dtype, g);
-    if (t.quantized && !is_float_output(out_dtype))
-      reader::fail(*impl_, t, ErrorKind::unsupported,
-                   "a quantized weight decodes to BF16, F16 or F32, not " + std::string(dtype_name(out_dtype)) +
-                       "; use read_part()");
-    if (g.out_elems() == 0) return 0;  // nothing to decode: no decoder, no reads
-    const auto dec = reader::make_decoder(*impl_, t, out_dtype);
-    return reader::run_rows(*impl_, t, out, out_dtype, g, slice, *dec);
-  });
+  return detail::at_boundary(reader::file_name(*impl_, t), t.name,
+                             [&]() -> uint64_t { return reader::decode(*impl_, t, out, out_dtype, slice); });
 }
 
 std::vector<uint64_t> Checkpoint::output_shape(const TensorInfo& t, const std::optional<Slice>& slice) const {
@@ -191,6 +204,10 @@ uint64_t Checkpoint::output_bytes(const TensorInfo& t, DType out_dtype, const st
 
 void Checkpoint::validate(const TensorInfo& t) const {
   detail::at_boundary(reader::file_name(*impl_, t), t.name, [&] {
+    if (t.format == Format::low_rank) {
+      for (const TensorInfo& f : t.factors) validate(f);
+      return;
+    }
     if (t.format == Format::dense || t.format == Format::marlin_24) {
       for (const auto& p : t.parts) impl_->guard(p);
       if (t.format == Format::marlin_24) (void)reader::make_decoder(*impl_, t, DType::F16);  // says why not

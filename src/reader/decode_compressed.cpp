@@ -478,7 +478,8 @@ std::unique_ptr<RowDecoder> make_decoder(const Checkpoint::Impl& ck, const Tenso
       fail(ck, t, ErrorKind::unsupported,
            "marlin-24 stores Marlin GPU tiles; compressed-tensors itself cannot decompress it. "
            "Use part_view()/read_part() to pass the packed parts to a Marlin kernel");
-    case Format::dense: break;
+    case Format::dense:
+    case Format::low_rank: break;  // decode_dense / decode_low_rank
   }
   fail(ck, t, ErrorKind::unsupported, "no decoder for format " + std::string(format_name(t.format)));
 }

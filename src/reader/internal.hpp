@@ -84,6 +84,15 @@ SliceGeom slice_geometry(const Checkpoint::Impl& ck, const TensorInfo& t, const 
 /// by any body is rethrown on the caller's thread after the loop.
 void parallel_for(size_t n, unsigned threads, const std::function<void(size_t)>& body);
 
+/// Decodes `t` (any format) into `out`: the body of Checkpoint::decode_into, for decoders that
+/// decode other tensors first (a low-rank weight's factors).
+uint64_t decode(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
+                const std::optional<Slice>& slice);
+
+/// Format::low_rank: the product of the factors (decode_low_rank.cpp).
+uint64_t decode_low_rank(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
+                         const SliceGeom& g, const std::optional<Slice>& slice);
+
 uint64_t decode_dense(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                       const SliceGeom& g);
 

@@ -1,5 +1,7 @@
 #include "writer/encode.hpp"
 
+#include "writer/svd.hpp"
+
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -157,7 +159,41 @@ Encoded encode_sparse(const Item& it, const Resolved& r, const std::vector<float
   return e;
 }
 
+Encoded encode_low_rank(const Item& it, const std::vector<float>& v, bool want_decoded, const std::string& file) {
+  const TensorInfo& t = *it.t;
+  const uint64_t rows = t.shape.at(0), cols = t.shape.at(1);
+  std::vector<float> a, b;
+  truncated_factors(v.data(), rows, cols, it.rank, a, b, file, t.name);
+  for (auto& x : a) x = round_to(it.work, x);
+  for (auto& x : b) x = round_to(it.work, x);
+  Encoded e;
+  e.decoded_dtype = it.work;
+  for (const auto* f : {&a, &b}) {
+    std::vector<std::byte> bytes(f->size() * dtype_bits(it.work) / 8);
+    store(f->data(), f->size(), it.work, bytes.data());
+    e.ordered.push_back(std::move(bytes));
+  }
+  if (want_decoded) {
+    e.decoded.resize(rows * cols);
+    multiply_factors(b.data(), a.data(), rows, it.rank, cols, e.decoded.data());
+    for (auto& x : e.decoded) x = round_to(it.work, x);
+  }
+  return e;
+}
+
 void emit(const Item& it, const Encoded& e, SafetensorsWriter& w) {
+  if (!e.ordered.empty()) {
+    if (e.ordered.size() != it.out.size())
+      throw Error(ErrorKind::internal, "", it.t->name, "encoder produced a different number of parts than planned");
+    for (size_t i = 0; i < it.out.size(); ++i) {
+      if (e.ordered[i].size() != it.out[i].bytes)
+        throw Error(ErrorKind::internal, "", it.t->name,
+                    "encoder produced " + std::to_string(e.ordered[i].size()) + " bytes of '" + it.out[i].key +
+                        "', the plan says " + std::to_string(it.out[i].bytes) + " (please report)");
+      w.write(e.ordered[i]);
+    }
+    return;
+  }
   for (const OutEntry& o : it.out) {
     auto p = e.parts.find(o.role);
     if (p == e.parts.end() || p->second.size() != o.bytes)

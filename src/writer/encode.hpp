@@ -17,6 +17,9 @@ struct Encoded {
   DType decoded_dtype = DType::F32;  ///< what the library's decompression returns
   std::vector<float> decoded;        ///< that decompression, when asked for (error statistics)
   uint64_t pruned = 0;               ///< sparse-24: groups of 4 in which non-zeros were dropped
+  /// Parts in output order, for formats whose parts have no format-table role (low-rank factors);
+  /// emit() writes these instead of `parts` when set.
+  std::vector<std::vector<std::byte>> ordered;
 };
 
 /// pack-quantized, int-/float-quantized, nvfp4. `v` must be finite. Throws Error{invalid_argument}
@@ -27,6 +30,10 @@ Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<fl
 /// largest of every 4; otherwise a tensor that is not 2:4 sparse is refused).
 Encoded encode_sparse(const Item& it, const Resolved& r, const std::vector<float>& v, bool prune, bool want_decoded,
                       const std::string& file);
+
+/// low-rank: the rank-`it.rank` factors of the 2-D weight `v` (finite), stored in the work dtype;
+/// `decoded` = their product as the reader computes it (f32 GEMM, rounded to the work dtype).
+Encoded encode_low_rank(const Item& it, const std::vector<float>& v, bool want_decoded, const std::string& file);
 
 /// Writes a compressed item's parts in its planned order.
 void emit(const Item& it, const Encoded& e, SafetensorsWriter& w);

@@ -20,11 +20,13 @@
 #include "ctstream/safetensors_writer.hpp"
 #include "ctstream/writer.hpp"
 #include "format/config_writer.hpp"
+#include "format/low_rank.hpp"
 #include "io/output.hpp"
 #include "writer/encode.hpp"
 #include "writer/plan.hpp"
 #include "writer/report.hpp"
 #include "writer/source.hpp"
+#include "writer/svd.hpp"
 
 namespace ctstream {
 namespace {
@@ -94,6 +96,7 @@ class Job {
   void write_item(Item& it, SafetensorsWriter& w);
   void write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr);
   void copy_others();
+  void check_finite(const Item& it, const std::vector<float>& v) const;
   void write_extra_files();
   void read_whole(const Item& it, std::span<std::byte> f32) {
     src_.read(it.index, 0, it.t->shape.empty() ? 1 : it.t->shape[0], f32, DType::F32);
@@ -156,8 +159,9 @@ void Job::prepare_output() {
 
 void Job::scan() {
   std::vector<Item*> need;
+  const bool energy = r_.format == Format::low_rank && r_.energy > 0;
   for (auto& it : items_)
-    if (it.compress && (r_.format == Format::sparse_bitmask || r_.format == Format::nvfp4_pack_quantized))
+    if (it.compress && (r_.format == Format::sparse_bitmask || r_.format == Format::nvfp4_pack_quantized || energy))
       need.push_back(&it);
   uint64_t total = 0, done = 0;
   for (auto* it : need) total += it->t->stored_bytes();
@@ -170,7 +174,12 @@ void Job::scan() {
     read_whole(it, std::as_writable_bytes(std::span(buf)));
     if (it.convert)
       for (auto& v : buf) v = round_to(it.work, v);
-    if (r_.format == Format::sparse_bitmask) {
+    if (energy) {
+      // The rank the energy asks for, capped where the factors would stop being smaller.
+      check_finite(it, buf);
+      const auto sv = singular_values(buf.data(), it.t->shape[0], it.t->shape[1], src_.origin(it.index), it.t->name);
+      it.rank = std::min(rank_for_energy(sv, r_.energy), max_useful_rank(it.t->shape[0], it.t->shape[1]));
+    } else if (r_.format == Format::sparse_bitmask) {
       uint64_t nnz = 0;
       for (float v : buf) nnz += (codecs::f32_bits(v) & 0x7FFFFFFFu) != 0;
       it.nnz = nnz;
@@ -365,12 +374,13 @@ void Job::write_item(Item& it, SafetensorsWriter& w) {
   const std::vector<float>& ref = it.convert && o_.compute_errors ? orig : v;
   Encoded e;
   if (is_quantized_format(r_.format)) {
-    for (uint64_t i = 0; i < n; ++i)
-      if (!std::isfinite(v[i]))
-        fail(ErrorKind::invalid_argument, file, t.name,
-             "contains NaN or Inf at element " + std::to_string(i) +
-                 "; it cannot be quantized (leave the module out: --ignore / ignore=)");
+    check_finite(it, v);
     e = encode_quantized(it, r_, v, o_.compute_errors, file);
+  } else if (r_.format == Format::low_rank) {
+    check_finite(it, v);
+    e = encode_low_rank(it, v, o_.compute_errors, file);
+    tr.rank = it.rank;
+    tr.scheme = "rank " + std::to_string(it.rank);
   } else {
     e = encode_sparse(it, r_, v, o_.prune_24, o_.compute_errors, file);
   }
@@ -386,6 +396,15 @@ void Job::write_item(Item& it, SafetensorsWriter& w) {
     tr.snr_db = 0;
   }
   rep_.tensors.push_back(std::move(tr));
+}
+
+void Job::check_finite(const Item& it, const std::vector<float>& v) const {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i]))
+      fail(ErrorKind::invalid_argument, src_.origin(it.index), it.t->name,
+           "contains NaN or Inf at element " + std::to_string(i) + "; it cannot be " +
+               (r_.format == Format::low_rank ? "decomposed" : "quantized") +
+               " (leave the module out: --ignore / ignore=)");
 }
 
 void Job::copy_others() {
@@ -472,6 +491,11 @@ CompressReport Job::run() {
     write_text(tmp_ / "config.json", config);
     rep_.files.push_back("config.json");
   }
+  if (r_.format == Format::low_rank) {
+    write_text(tmp_ / std::string(format::kDecomposeConfigName),
+               format::decompose_config_json(low_rank_modules(plan_)));
+    rep_.files.push_back(std::string(format::kDecomposeConfigName));
+  }
   copy_others();
   write_extra_files();
   commit();
@@ -490,7 +514,16 @@ CompressReport compress_checkpoint(const std::filesystem::path& in, const std::f
                                    const CompressOptions& options) {
   return detail::at_boundary(in.string(), "", [&] {
     const fs::path abs = fs::absolute(in).lexically_normal();
-    CheckpointSource src(abs, options.open);
+    // A low-rank input is read as stored: its factors are what gets compressed (e.g. to int8),
+    // and its decompose_config.json is copied along and still describes them.
+    OpenOptions open = options.open;
+    open.low_rank = LowRank::stored;
+    std::error_code ec;
+    const fs::path dir = fs::is_directory(abs, ec) ? abs : abs.parent_path();
+    if (options.format == Format::low_rank && fs::exists(dir / std::string(format::kDecomposeConfigName), ec))
+      fail(ErrorKind::invalid_argument, (dir / std::string(format::kDecomposeConfigName)).string(), "",
+           "the input is already low-rank; decompose the original checkpoint (ctstream decompress gives it back)");
+    CheckpointSource src(abs, open);
     Job job(src, abs, out_dir, options);
     return job.run();
   });

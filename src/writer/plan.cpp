@@ -1,4 +1,5 @@
 #include "writer/plan.hpp"
+#include "writer/svd.hpp"
 
 #include <cstring>
 #include <map>
@@ -50,8 +51,8 @@ bool is_quantized_format(Format f) {
 namespace ctstream {
 std::span<const Format> writer_formats() noexcept {
   static constexpr Format kFormats[] = {
-      Format::dense,         Format::sparse_bitmask,  Format::sparse_24_bitmask,   Format::pack_quantized,
-      Format::int_quantized, Format::float_quantized, Format::nvfp4_pack_quantized};
+      Format::dense,         Format::sparse_bitmask,  Format::sparse_24_bitmask,    Format::pack_quantized,
+      Format::int_quantized, Format::float_quantized, Format::nvfp4_pack_quantized, Format::low_rank};
   return kFormats;
 }
 std::string writer_format_names() {
@@ -86,6 +87,14 @@ Resolved resolve(const CompressOptions& o) {
     case Format::dense:
       if (o.dtype && !is_float_output(*o.dtype)) bad("dense: dtype must be bf16, fp16 or fp32");
       r.scheme = o.dtype ? "dense " + std::string(dtype_name(*o.dtype)) : "dense copy";
+      return r;
+    case Format::low_rank:
+      if ((o.rank > 0) == (o.energy > 0)) bad("low-rank: give exactly one of rank and energy");
+      if (o.energy > 0 && !(o.energy <= 1.0)) bad("low-rank: energy must be in (0, 1]");
+      if (o.dtype && !is_float_output(*o.dtype)) bad("low-rank: dtype must be bf16, fp16 or fp32");
+      r.rank = o.rank;
+      r.energy = o.energy;
+      r.scheme = o.rank ? "rank " + std::to_string(o.rank) : "energy " + std::to_string(o.energy);
       return r;
     case Format::sparse_bitmask: r.scheme = "bitmask"; return r;
     case Format::sparse_24_bitmask: r.scheme = "2:4"; return r;
@@ -216,18 +225,30 @@ Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, co
           fail(ErrorKind::unsupported, origin(i), t.name,
                "dtype " + std::string(dtype_name(t.dtype)) + " cannot be stored as " + fname +
                    " (needs F32, F16 or BF16 weights); leave the module out (--ignore / ignore=)");
-        // The format table decides what the format can hold, exactly as the reader will.
-        format::Why why;
-        if (!format::geometry(r.format, t.shape, is_quantized_format(r.format) ? &q : nullptr, why))
-          fail(ErrorKind::invalid_argument, origin(i), t.name,
-               fname + " cannot store this weight: " + why +
-                   "; choose other arguments, or leave the module out (--ignore / ignore=)");
-        compressed_modules.insert(it.module);
+        if (r.format == Format::low_rank) {
+          // Decomposed only where the factors hold fewer values than the weight (ptdeco's rule).
+          const uint64_t useful = max_useful_rank(t.shape[0], t.shape[1]);
+          it.rank = r.rank;
+          it.compress = useful > 0 && r.rank <= useful;
+        } else {
+          // The format table decides what the format can hold, exactly as the reader will.
+          format::Why why;
+          if (!format::geometry(r.format, t.shape, is_quantized_format(r.format) ? &q : nullptr, why))
+            fail(ErrorKind::invalid_argument, origin(i), t.name,
+                 fname + " cannot store this weight: " + why +
+                     "; choose other arguments, or leave the module out (--ignore / ignore=)");
+        }
+        if (it.compress) compressed_modules.insert(it.module);
       }
     }
     if (!it.compress) it.out.push_back({t.name, it.work, t.shape, bytes_of(it.work, t.shape)});
     plan.items.push_back(std::move(it));
   }
+  if (r.format == Format::low_rank)  // the module's bias moves to its second factor
+    for (Item& it : plan.items)
+      if (!it.compress && ends_with(it.t->name, ".bias") &&
+          compressed_modules.count(it.t->name.substr(0, it.t->name.size() - 5)))
+        it.out.front().key = it.t->name.substr(0, it.t->name.size() - 5) + ".1.bias";
   if (r.format != Format::dense && compressed_modules.empty())
     fail(ErrorKind::invalid_argument, tensors.empty() ? "" : origin(0), "",
          "no tensor matches the targets (2-D `.weight` tensors of modules matched by --targets and not by --ignore); "
@@ -248,7 +269,35 @@ Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, co
   return plan;
 }
 
+std::vector<format::LowRankModule> low_rank_modules(const Plan& plan) {
+  std::set<std::string> biases;
+  for (const Item& it : plan.items)
+    if (!it.compress && ends_with(it.t->name, ".bias")) biases.insert(it.t->name.substr(0, it.t->name.size() - 5));
+  std::vector<format::LowRankModule> mods;
+  for (const Item& it : plan.items) {
+    if (!it.compress) continue;
+    format::LowRankModule m;
+    m.name = it.module;
+    m.out = it.t->shape.at(0);
+    m.in = it.t->shape.at(1);
+    m.rank = it.rank;
+    m.bias = biases.count(it.module) > 0;
+    mods.push_back(std::move(m));
+  }
+  return mods;
+}
+
 void plan_parts(Item& it, const Resolved& r) {
+  if (r.format == Format::low_rank) {
+    format::LowRankModule m;
+    m.name = it.module;
+    m.out = it.t->shape.at(0);
+    m.in = it.t->shape.at(1);
+    m.rank = it.rank;
+    it.out = {{m.a_key(), it.work, m.a_shape(), bytes_of(it.work, m.a_shape())},
+              {m.b_key(), it.work, m.b_shape(), bytes_of(it.work, m.b_shape())}};
+    return;
+  }
   const QuantArgs q = r.quant();
   format::Why why;
   const auto g = format::geometry(r.format, it.t->shape, is_quantized_format(r.format) ? &q : nullptr, why);
@@ -282,6 +331,8 @@ void check_plan(const Plan& plan, const Resolved& r, const std::string& config_t
   try {
     got = format::group_tensors(raw, config_text, "config.json (planned)", read_small,
                                 [](uint32_t) { return std::string("(planned)"); });
+    if (r.format == Format::low_rank)
+      format::merge_low_rank(got, low_rank_modules(plan), "decompose_config.json (planned)");
   } catch (const Error& e) {
     throw Error(ErrorKind::internal, e.file(), e.tensor(),
                 std::string("the writer planned a checkpoint its own reader refuses (please report): ") + e.what());

@@ -13,6 +13,7 @@
 #include "ctstream/checkpoint.hpp"
 #include "ctstream/writer.hpp"
 #include "format/format_table.hpp"
+#include "format/low_rank.hpp"
 #include "format/targets.hpp"
 #include "writer/quantize.hpp"
 
@@ -25,6 +26,8 @@ bool is_sparse_format(Format f);
 struct Resolved {
   Format format = Format::dense;
   WeightArgs args;           ///< quantized formats
+  uint64_t rank = 0;         ///< low-rank
+  double energy = 0;         ///< low-rank
   bool activations = false;  ///< int/float: dynamic input activations declared
   std::string scheme;        ///< human-readable, "int4 group128 sym"
   QuantArgs quant() const;   ///< `args` as the format layer's QuantArgs
@@ -68,6 +71,7 @@ struct Item {
   uint64_t nnz = 0;          ///< sparse-bitmask (scan)
   float tmin = 0, tmax = 0;  ///< nvfp4 (scan)
   float global_scale = 1.f;  ///< nvfp4
+  uint64_t rank = 0;         ///< low-rank: the rank kept (energy: set by the scan)
   size_t shard = 0;
 };
 
@@ -80,6 +84,9 @@ struct Plan {
 /// Decides per tensor. `origin(i)` names where tensor i comes from in errors.
 Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, const Resolved& r,
                const Selector::Classes& classes, const std::function<std::string(size_t)>& origin);
+
+/// Low-rank: the decomposed modules the plan describes (decompose_config.json's content).
+std::vector<format::LowRankModule> low_rank_modules(const Plan& plan);
 
 /// Fills `it.out` of a compressed item (after the scan: sparse-bitmask needs its nnz).
 void plan_parts(Item& it, const Resolved& r);

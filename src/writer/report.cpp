@@ -41,19 +41,22 @@ std::string describe_scheme(const CompressOptions& options) { return writer::res
 std::string report_json(const CompressReport& r, const CompressOptions& o) {
   json tensors = json::array();
   for (const auto& t : r.tensors)
-    tensors.push_back({{"name", t.name},
-                       {"format", std::string(format_name(t.format))},
-                       {"scheme", t.scheme},
-                       {"input_dtype", std::string(dtype_name(t.input_dtype))},
-                       {"output_dtype", std::string(dtype_name(t.output_dtype))},
-                       {"shape", t.shape},
-                       {"input_bytes", t.input_bytes},
-                       {"output_bytes", t.output_bytes},
-                       {"exact", t.exact},
-                       {"max_abs_error", t.max_abs_error},
-                       {"rms_error", t.rms_error},
-                       {"snr_db", num_or_null(t.snr_db)},
-                       {"pruned_groups", t.pruned}});
+    tensors.push_back(
+        {{"name", t.name},
+         {"format", std::string(format_name(t.format))},
+         {"scheme", t.scheme},
+         {"input_dtype", std::string(dtype_name(t.input_dtype))},
+         {"output_dtype", std::string(dtype_name(t.output_dtype))},
+         {"shape", t.shape},
+         {"input_bytes", t.input_bytes},
+         {"output_bytes", t.output_bytes},
+         {"exact", t.exact},
+         {"max_abs_error", t.max_abs_error},
+         {"rms_error", t.rms_error},
+         {"snr_db", num_or_null(t.snr_db)},
+         {"ratio", t.output_bytes ? static_cast<double>(t.input_bytes) / static_cast<double>(t.output_bytes) : 0.0},
+         {"pruned_groups", t.pruned},
+         {"rank", t.rank}});
   json j = {{"format", std::string(format_name(o.format))},
             {"scheme", describe_scheme(o)},
             {"input_bytes", r.input_bytes},

@@ -62,6 +62,12 @@ std::string shape_str(const ctstream::Shape& s) {
 }
 
 std::string scheme_str(const ctstream::TensorInfo& t) {
+  if (t.format == ctstream::Format::low_rank && t.factors.size() == 2) {
+    std::string s = "rank " + std::to_string(t.factors[0].shape.at(0));
+    for (const auto& f : t.factors)
+      if (f.format != ctstream::Format::dense) return s + ", factors " + scheme_str(f);
+    return s;
+  }
   if (!t.quantized) return "";
   const auto& q = t.quant;
   std::string s = (q.type == ctstream::QuantType::int_ ? "int" : "fp") + std::to_string(q.num_bits) + " " +
@@ -85,6 +91,7 @@ ctstream::DType parse_dtype(const std::string& s) {
 ctstream::OpenOptions open_options(const Args& a) {
   ctstream::OpenOptions o;
   if (a.has("--pread")) o.io = ctstream::IoMode::pread;
+  if (a.has("--stored-factors")) o.low_rank = ctstream::LowRank::stored;
   if (a.has("--threads")) o.threads = static_cast<unsigned>(std::stoul(a.get("--threads")));
   return o;
 }

@@ -20,7 +20,8 @@
 namespace cli {
 
 int cmd_bench(int argc, char** argv) {
-  Args a = parse(argc, argv, 2, {"--json", "--pread", "--cold"}, {"--threads", "--dtype", "--repeat", "--budget"});
+  Args a = parse(argc, argv, 2, {"--json", "--pread", "--cold", "--stored-factors"},
+                 {"--threads", "--dtype", "--repeat", "--budget"});
   if (a.pos.size() != 1) throw std::invalid_argument("bench needs exactly one PATH");
   const ctstream::DType out = parse_dtype(a.get("--dtype", "bf16"));
   const int repeat = std::max(1, std::stoi(a.get("--repeat", "1")));

@@ -2,6 +2,7 @@
 //                   [--asymmetric] [--dtype bf16] [--targets T]... [--ignore T]... [--shard-size 5GB]
 //                   [--prune-24] [--weight-only] [--no-fuse-global-scale] [--overwrite] [--no-copy]
 //                   [--no-errors] [--report FILE.json] [--quiet] [--pread] [--threads N]
+//                   [--rank R | --energy E]  (--format low-rank)
 // Writes a compressed-tensors checkpoint (library API: include/ctstream/writer.hpp). A progress bar
 // on a terminal (stderr), plain lines otherwise; a summary on stdout; the per-tensor report as
 // JSON with --report. Ctrl-C stops between tensors and leaves nothing behind (exit 130).
@@ -75,7 +76,10 @@ const char* kHelp =
     "usage: ctstream compress IN OUT_DIR [options]\n"
     "  IN is a .safetensors file or a model directory; OUT_DIR must not exist or be empty (or --overwrite).\n"
     "  --format F            pack-quantized (default) | int-quantized | float-quantized | nvfp4-pack-quantized |\n"
-    "                        sparse-bitmask | sparse-24-bitmask | dense\n"
+    "                        sparse-bitmask | sparse-24-bitmask | dense | low-rank\n"
+    "  --rank R, --energy E  low-rank (ptdeco layout): keep R singular values per weight, or the fewest that\n"
+    "                        hold the fraction E of its energy (weights whose factors would not be smaller stay\n"
+    "                        dense); compress the output again (e.g. int-quantized) to quantize the factors\n"
     "  --bits N              weight bits (pack/int: 1..8, default 4 / 8)\n"
     "  --strategy S          tensor | channel | group | block (default: pack group, int/float channel)\n"
     "  --group-size G        group size (default 128; implies --strategy group)\n"
@@ -123,7 +127,7 @@ int cmd_compress(int argc, char** argv) {
                  {"--asymmetric", "--symmetric", "--prune-24", "--weight-only", "--no-fuse-global-scale", "--overwrite",
                   "--no-copy", "--no-errors", "--quiet", "--pread"},
                  {"--format", "--bits", "--group-size", "--strategy", "--block", "--dtype", "--shard-size", "--report",
-                  "--threads"});
+                  "--threads", "--rank", "--energy"});
   if (a.pos.size() != 2) throw std::invalid_argument("compress needs IN (file or model dir) and OUT_DIR");
 
   ctstream::CompressOptions opt;
@@ -146,6 +150,20 @@ int cmd_compress(int argc, char** argv) {
     throw std::invalid_argument("--asymmetric and --symmetric exclude each other");
   opt.symmetric = !a.has("--asymmetric");
   if (a.has("--dtype")) opt.dtype = parse_dtype(a.get("--dtype"));
+  if (a.has("--rank")) opt.rank = parse_uint("--rank", a.get("--rank"));
+  if (a.has("--energy")) {
+    const std::string e = a.get("--energy");
+    size_t pos = 0;
+    try {
+      opt.energy = std::stod(e, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != e.size() || e.empty() || !(opt.energy > 0 && opt.energy <= 1))
+      throw std::invalid_argument("--energy needs a fraction in (0, 1], got '" + e + "'");
+  }
+  if ((a.has("--rank") || a.has("--energy")) && opt.format != ctstream::Format::low_rank)
+    throw std::invalid_argument("--rank / --energy apply to --format low-rank");
   if (opt.format == ctstream::Format::dense && !opt.dtype)
     throw std::invalid_argument("--format dense needs --dtype (bf16, fp16 or fp32)");
   if (a.has("--shard-size")) opt.shard_bytes = ctstream::parse_bytes(a.get("--shard-size"));

@@ -26,7 +26,8 @@ void usage() {
       "  compress IN OUT_DIR --format F [--bits 4 --group-size 128 --asymmetric --ignore NAME|re:PAT --shard-size "
       "5GB]\n"
       "                                             write a compressed-tensors checkpoint (see compress --help)\n\n"
-      "common options: --pread (positional reads instead of mmap), --threads N\n"
+      "common options: --pread (positional reads instead of mmap), --threads N,\n"
+      "  --stored-factors (a low-rank checkpoint's factors as stored, not the original weights)\n"
       "PATH is a .safetensors file or a model directory (with or without an index).\n",
       ctstream::version_string, ctstream::active_isa());
 }

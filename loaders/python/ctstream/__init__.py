@@ -239,7 +239,8 @@ def parse_budget(budget: Union[None, int, str]) -> int:
 # ---- checkpoint --------------------------------------------------------------------------------
 
 def open(path: Union[str, "os.PathLike[str]"], *, threads: int = 0, budget: Union[None, int, str] = None,
-         io: str = "mmap", order: str = "file", framework: Optional[str] = None) -> "Checkpoint":
+         io: str = "mmap", order: str = "file", framework: Optional[str] = None,
+         low_rank: str = "original") -> "Checkpoint":
     """Opens a checkpoint: a ``.safetensors`` file, or a directory with
     ``model.safetensors.index.json`` or ``*.safetensors`` shards (and ``config.json``, whose
     ``quantization_config`` / ``sparsity_config`` tell how tensors are compressed). Reads only
@@ -250,11 +251,15 @@ def open(path: Union[str, "os.PathLike[str]"], *, threads: int = 0, budget: Unio
     io: "mmap" (default) or "pread" (network filesystems).
     order: iteration order of ``tensors()``/``keys()``: "file" (sequential I/O) or "name".
     framework: "pt", "np" or None (torch if importable, else numpy).
+    low_rank: for a low-rank checkpoint (ptdeco's ``decompose_config.json`` beside the weights):
+        "original" (default) presents the original architecture, ``m.weight`` = ``m.1.weight @
+        m.0.weight`` computed on demand in fp32 and ``m.bias`` = ``m.1.bias``; "stored" yields
+        the factors under their own names.
     """
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
         raise InvalidArgumentError(f"threads must be an int >= 0, got {threads!r}")
     fw = _resolve_framework(framework)
-    native = _native._Checkpoint(os.fspath(path), threads, io, order, parse_budget(budget))
+    native = _native._Checkpoint(os.fspath(path), threads, io, order, parse_budget(budget), low_rank)
     return Checkpoint(native, fw)
 
 

@@ -370,7 +370,7 @@ class TensorIter {
 class PyCheckpoint {
  public:
   PyCheckpoint(const std::string& path, unsigned threads, const std::string& io, const std::string& order,
-               uint64_t budget)
+               uint64_t budget, const std::string& low_rank)
       : budget_(budget), threads_(threads) {
     ctstream::OpenOptions o;
     o.threads = threads;
@@ -380,6 +380,9 @@ class PyCheckpoint {
     if (order == "file") o.order = ctstream::Order::file;
     else if (order == "name") o.order = ctstream::Order::name;
     else raise("invalid_argument", "order must be 'file' or 'name', not '" + order + "'");
+    if (low_rank == "original") o.low_rank = ctstream::LowRank::original;
+    else if (low_rank == "stored") o.low_rank = ctstream::LowRank::stored;
+    else raise("invalid_argument", "low_rank must be 'original' or 'stored', not '" + low_rank + "'");
     std::optional<ctstream::Checkpoint> ck;
     {
       nb::gil_scoped_release unlocked;
@@ -677,8 +680,9 @@ NB_MODULE(_ctstream, m) {
       .def_prop_ro("threads", &TensorIter::threads);
 
   nb::class_<PyCheckpoint>(m, "_Checkpoint")
-      .def(nb::init<const std::string&, unsigned, const std::string&, const std::string&, uint64_t>(), "path"_a,
-           "threads"_a = 0, "io"_a = "mmap", "order"_a = "file", "budget"_a = 0)
+      .def(nb::init<const std::string&, unsigned, const std::string&, const std::string&, uint64_t,
+                    const std::string&>(),
+           "path"_a, "threads"_a = 0, "io"_a = "mmap", "order"_a = "file", "budget"_a = 0, "low_rank"_a = "original")
       .def("close", &PyCheckpoint::close)
       .def_prop_ro("closed", &PyCheckpoint::closed)
       .def_prop_ro("budget", &PyCheckpoint::budget)
