@@ -21,7 +21,10 @@
 //   low_rank              ptdeco's layout (format/low_rank.hpp): each weight W [out, in] becomes
 //                         `m.0.weight` = sqrt(S) V^T [R, in] and `m.1.weight` = U sqrt(S) [out, R]
 //                         (truncated SVD, LAPACK SGESDD), `m.bias` becomes `m.1.bias`, and
-//                         decompose_config.json says so; `rank` or `energy` picks R. A weight whose
+//                         decompose_config.json says so; `rank` or `energy` picks R. A conv
+//                         weight [out, in, kh, kw] (when the source knows its module's attributes,
+//                         TensorSource::conv_modules, groups 1) becomes a kh x kw conv to R channels
+//                         then a 1 x 1 conv. A weight whose
 //                         factors would not be smaller than it stays dense. Quantize the factors by
 //                         compressing the result again (e.g. int-quantized): the reader decodes them
 //                         with their own codecs before multiplying.
@@ -183,6 +186,11 @@ class TensorSource {
   /// class, as compressed-tensors matches them (utils/match.py `_match_class`); empty: "Linear"
   /// and "Embedding" are matched by name heuristics (see above).
   virtual const std::map<std::string, std::vector<std::string>>& module_classes() const;
+  /// Conv2d module name -> its attributes as JSON ({"stride", "padding", "dilation",
+  /// "padding_mode", "groups"}, torch's values), when the model is known. Low-rank needs them to
+  /// decompose a 4-D conv weight (they are not in the weights; ptdeco's config records them):
+  /// without them only 2-D weights are decomposed.
+  virtual const std::map<std::string, std::string>& conv_modules() const;
   /// Other files to write beside the weights (name -> contents; plain names, e.g.
   /// "generation_config.json"), inside the same atomic output.
   virtual std::map<std::string, std::string> extra_files() const { return {}; }
@@ -205,6 +213,7 @@ class BufferSource final : public TensorSource {
     std::string config_json;                                         ///< the model's config.json text ("" = none)
     std::map<std::string, std::vector<std::string>> module_classes;  ///< see TensorSource
     std::map<std::string, std::string> extra_files;                  ///< see TensorSource
+    std::map<std::string, std::string> conv_modules;                 ///< see TensorSource
   };
   /// Throws Error{invalid_argument} for an empty or duplicate name, a shape whose size overflows,
   /// or an extra file name that is not a plain file name.
@@ -218,6 +227,7 @@ class BufferSource final : public TensorSource {
   const std::map<std::string, std::vector<std::string>>& module_classes() const override {
     return model_.module_classes;
   }
+  const std::map<std::string, std::string>& conv_modules() const override { return model_.conv_modules; }
   std::map<std::string, std::string> extra_files() const override { return model_.extra_files; }
 
  private:

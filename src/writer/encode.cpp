@@ -161,7 +161,7 @@ Encoded encode_sparse(const Item& it, const Resolved& r, const std::vector<float
 
 Encoded encode_low_rank(const Item& it, const std::vector<float>& v, bool want_decoded, const std::string& file) {
   const TensorInfo& t = *it.t;
-  const uint64_t rows = t.shape.at(0), cols = t.shape.at(1);
+  const uint64_t rows = t.shape.at(0), cols = t.numel() / rows;  // a conv weight as [out, in * kh * kw]
   std::vector<float> a, b;
   truncated_factors(v.data(), rows, cols, it.rank, a, b, file, t.name);
   for (auto& x : a) x = round_to(it.work, x);

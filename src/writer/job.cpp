@@ -177,8 +177,9 @@ void Job::scan() {
     if (energy) {
       // The rank the energy asks for, capped where the factors would stop being smaller.
       check_finite(it, buf);
-      const auto sv = singular_values(buf.data(), it.t->shape[0], it.t->shape[1], src_.origin(it.index), it.t->name);
-      it.rank = std::min(rank_for_energy(sv, r_.energy), max_useful_rank(it.t->shape[0], it.t->shape[1]));
+      const uint64_t rows = it.t->shape[0], cols = it.t->numel() / rows;  // a conv as [out, in * kh * kw]
+      const auto sv = singular_values(buf.data(), rows, cols, src_.origin(it.index), it.t->name);
+      it.rank = std::min(rank_for_energy(sv, r_.energy), max_useful_rank(rows, cols));
     } else if (r_.format == Format::sparse_bitmask) {
       uint64_t nnz = 0;
       for (float v : buf) nnz += (codecs::f32_bits(v) & 0x7FFFFFFFu) != 0;
@@ -480,7 +481,8 @@ void Job::write_extra_files() {
 
 CompressReport Job::run() {
   prepare_output();
-  plan_ = make_plan(src_.tensors(), o_, r_, src_.module_classes(), [this](size_t i) { return src_.origin(i); });
+  plan_ = make_plan(src_.tensors(), o_, r_, src_.module_classes(), src_.conv_modules(),
+                    [this](size_t i) { return src_.origin(i); });
   scan();
   for (auto& it : items_)
     if (it.compress) plan_parts(it, r_);

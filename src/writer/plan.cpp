@@ -7,6 +7,7 @@
 
 #include "ctstream/error.hpp"
 #include "format/grouping.hpp"
+#include "format/json.hpp"
 
 namespace ctstream::writer {
 namespace {
@@ -199,7 +200,8 @@ uint64_t bytes_of(DType d, const Shape& s) {
 }  // namespace
 
 Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, const Resolved& r,
-               const Selector::Classes& classes, const std::function<std::string(size_t)>& origin) {
+               const Selector::Classes& classes, const std::map<std::string, std::string>& convs,
+               const std::function<std::string(size_t)>& origin) {
   const Selector targets(o.targets.empty() ? std::vector<std::string>{"Linear"} : o.targets, "targets", classes);
   const Selector ignore(o.ignore, "ignore", classes);
   Plan plan;
@@ -216,8 +218,10 @@ Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, co
       it.convert = it.work != t.dtype;
     }
     plan.input_bytes += t.stored_bytes();
-    if (r.format != Format::dense && t.shape.size() == 2 && ends_with(t.name, ".weight") && t.numel() > 0) {
-      it.module = t.name.substr(0, t.name.size() - 7);
+    const std::string module = ends_with(t.name, ".weight") ? t.name.substr(0, t.name.size() - 7) : "";
+    const auto conv = r.format == Format::low_rank && t.shape.size() == 4 ? convs.find(module) : convs.end();
+    if (r.format != Format::dense && (t.shape.size() == 2 || conv != convs.end()) && !module.empty() && t.numel() > 0) {
+      it.module = module;
       if (targets.matches(it.module, t) && !ignore.matches(it.module, t)) {
         it.compress = true;
         const std::string fname(format_name(r.format));
@@ -226,10 +230,21 @@ Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, co
                "dtype " + std::string(dtype_name(t.dtype)) + " cannot be stored as " + fname +
                    " (needs F32, F16 or BF16 weights); leave the module out (--ignore / ignore=)");
         if (r.format == Format::low_rank) {
-          // Decomposed only where the factors hold fewer values than the weight (ptdeco's rule).
-          const uint64_t useful = max_useful_rank(t.shape[0], t.shape[1]);
+          // Decomposed only where the factors hold fewer values than the weight (ptdeco's rule);
+          // a conv as [out, in * kh * kw], and only an ungrouped one.
+          const uint64_t useful = max_useful_rank(t.shape[0], t.numel() / t.shape[0]);
           it.rank = r.rank;
           it.compress = useful > 0 && r.rank <= useful;
+          if (conv != convs.end()) {
+            const auto attrs = format::parse_json(conv->second, ErrorKind::invalid_argument, origin(i),
+                                                  "attributes of conv " + module);
+            const auto g = attrs.find("groups");
+            if (g != attrs.end() && !(g->is_number_integer() && g->get<int64_t>() == 1)) it.compress = false;
+            nlohmann::json keep = nlohmann::json::object();
+            for (const char* k : {"stride", "padding", "dilation", "padding_mode"})
+              if (auto f = attrs.find(k); f != attrs.end()) keep[k] = *f;
+            it.conv_attrs = keep.dump();
+          }
         } else {
           // The format table decides what the format can hold, exactly as the reader will.
           format::Why why;
@@ -269,6 +284,24 @@ Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, co
   return plan;
 }
 
+namespace {
+format::LowRankModule low_rank_module(const Item& it) {
+  format::LowRankModule m;
+  m.name = it.module;
+  const Shape& s = it.t->shape;
+  m.out = s.at(0);
+  m.in = s.at(1);
+  m.rank = it.rank;
+  if (s.size() == 4) {
+    m.kind = format::LowRankModule::Kind::conv2d;
+    m.kh = s[2];
+    m.kw = s[3];
+    m.conv_attrs = it.conv_attrs;
+  }
+  return m;
+}
+}  // namespace
+
 std::vector<format::LowRankModule> low_rank_modules(const Plan& plan) {
   std::set<std::string> biases;
   for (const Item& it : plan.items)
@@ -276,11 +309,7 @@ std::vector<format::LowRankModule> low_rank_modules(const Plan& plan) {
   std::vector<format::LowRankModule> mods;
   for (const Item& it : plan.items) {
     if (!it.compress) continue;
-    format::LowRankModule m;
-    m.name = it.module;
-    m.out = it.t->shape.at(0);
-    m.in = it.t->shape.at(1);
-    m.rank = it.rank;
+    format::LowRankModule m = low_rank_module(it);
     m.bias = biases.count(it.module) > 0;
     mods.push_back(std::move(m));
   }
@@ -289,11 +318,7 @@ std::vector<format::LowRankModule> low_rank_modules(const Plan& plan) {
 
 void plan_parts(Item& it, const Resolved& r) {
   if (r.format == Format::low_rank) {
-    format::LowRankModule m;
-    m.name = it.module;
-    m.out = it.t->shape.at(0);
-    m.in = it.t->shape.at(1);
-    m.rank = it.rank;
+    const format::LowRankModule m = low_rank_module(it);
     it.out = {{m.a_key(), it.work, m.a_shape(), bytes_of(it.work, m.a_shape())},
               {m.b_key(), it.work, m.b_shape(), bytes_of(it.work, m.b_shape())}};
     return;

@@ -72,6 +72,7 @@ struct Item {
   float tmin = 0, tmax = 0;  ///< nvfp4 (scan)
   float global_scale = 1.f;  ///< nvfp4
   uint64_t rank = 0;         ///< low-rank: the rank kept (energy: set by the scan)
+  std::string conv_attrs;    ///< low-rank of a conv weight: its module's attributes (JSON)
   size_t shard = 0;
 };
 
@@ -82,8 +83,10 @@ struct Plan {
 };
 
 /// Decides per tensor. `origin(i)` names where tensor i comes from in errors.
+/// `convs`: TensorSource::conv_modules (low-rank decomposes the 4-D weights of these).
 Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, const Resolved& r,
-               const Selector::Classes& classes, const std::function<std::string(size_t)>& origin);
+               const Selector::Classes& classes, const std::map<std::string, std::string>& convs,
+               const std::function<std::string(size_t)>& origin);
 
 /// Low-rank: the decomposed modules the plan describes (decompose_config.json's content).
 std::vector<format::LowRankModule> low_rank_modules(const Plan& plan);

@@ -27,6 +27,11 @@ const std::map<std::string, std::vector<std::string>>& TensorSource::module_clas
   return none;
 }
 
+const std::map<std::string, std::string>& TensorSource::conv_modules() const {
+  static const std::map<std::string, std::string> none;
+  return none;
+}
+
 // ---- a checkpoint on disk ----------------------------------------------------------------------
 
 namespace writer {

@@ -322,3 +322,50 @@ def test_writer_refuses(dense_net, tmp_path):
     r = subprocess.run([CT, "compress", str(lr), str(tmp_path / "y"), "--format", "low-rank", "--rank", "2"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "already low-rank" in r.stderr
+
+
+class SmallCNN(torch.nn.Module):
+    """Convs whose stride / padding / dilation are not in the weights: the writer must take them
+    from the module for ptdeco's config."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 32, 3, stride=2, padding=1)
+        self.c2 = torch.nn.Conv2d(32, 48, 3, padding=2, dilation=2, bias=False)
+        self.c3 = torch.nn.Conv2d(48, 48, 3, padding=1, groups=4)  # grouped: not a two-factor product
+        self.fc = torch.nn.Linear(48, 40)
+
+    def forward(self, x):
+        y = torch.relu(self.c3(torch.relu(self.c2(torch.relu(self.c1(x))))))
+        return self.fc(y.mean(dim=(2, 3)))
+
+
+@pytest.mark.parametrize("rank", [6, 12])
+def test_save_model_convs_load_in_ptdeco(tmp_path, rank):
+    torch.manual_seed(5)
+    net = SmallCNN().eval()
+    out = tmp_path / "cnn"
+    rep = ctstream.save_model(net, out, format="low-rank", rank=rank, targets=["Linear", "Conv2d"])
+    cfg = json.loads((out / "decompose_config.json").read_text())
+    assert set(cfg) == {"c1", "c2", "fc"}  # c3 is grouped: stored as is
+    assert cfg["c1"]["modules"]["0"]["stride"] == [2, 2] and cfg["c2"]["modules"]["0"]["dilation"] == [2, 2]
+    sd = load_file(str(out / "model.safetensors"))
+    deco = SmallCNN().eval()
+    ptdeco.utils.apply_decompose_config_in_place(deco, cfg)
+    deco.load_state_dict(sd, strict=True)
+    for m in ("c1", "c2", "fc"):
+        w = net.state_dict()[f"{m}.weight"].double()
+        w2 = w.reshape(w.shape[0], -1)
+        s = torch.linalg.svdvals(w2)
+        a, b = _factors(sd, m)
+        got = float(torch.linalg.matrix_norm(w2 - b.double() @ a.double()))
+        assert got == pytest.approx(float(s[rank:].square().sum().sqrt()), rel=1e-4, abs=1e-6 * float(s[0]))
+        assert {t["name"]: t for t in rep["tensors"]}[f"{m}.weight"]["rank"] == rank
+    # ctstream's original view of its own output, loaded into the original architecture,
+    # computes what ptdeco's decomposed model computes
+    with ctstream.open(out) as ck:
+        rebuilt = SmallCNN().eval()
+        rebuilt.load_state_dict({k: ck.get(k) for k in ck.keys()}, strict=True)
+    x = torch.randn(2, 3, 17, 17)
+    with torch.no_grad():
+        torch.testing.assert_close(rebuilt(x), deco(x), rtol=1e-4, atol=1e-5)

@@ -614,7 +614,7 @@ TEST_CASE("compress from memory (BufferSource) writes the bytes compress_checkpo
                          ++fetches;
                          return std::span<const std::byte>(bytes[i]);
                        },
-                       {config, {}, {}});
+                       {config, {}, {}, {}});
       const auto from_mem = compress(src, tmp.path / (std::string(f.name) + "_mem"), o);
       CHECK(fetches >= model.size());
       CHECK(from_mem.files == from_file.files);

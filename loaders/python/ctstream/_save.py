@@ -31,7 +31,8 @@ _ST_NAMES = {
 def _options(format: str, bits: Optional[int], group_size: Optional[int], targets: Optional[Sequence[str]],
              ignore: Optional[Sequence[str]], dtype: Any, strategy: Optional[str], symmetric: bool,
              block: Optional[Tuple[int, int]], activations: bool, prune_24: bool, shard_size: Union[int, str],
-             overwrite: bool, compute_errors: bool, **extra) -> Dict[str, Any]:
+             overwrite: bool, compute_errors: bool, rank: Optional[int] = None, energy: Optional[float] = None,
+             **extra) -> Dict[str, Any]:
     from . import InvalidArgumentError, _dtype_str, parse_budget
 
     if isinstance(targets, str) or isinstance(ignore, str):
@@ -44,6 +45,7 @@ def _options(format: str, bits: Optional[int], group_size: Optional[int], target
         "targets": list(targets) if targets is not None else None,
         "ignore": list(ignore) if ignore is not None else None,
         "dtype": _dtype_str(dtype), "block": tuple(block) if block is not None else None,
+        "rank": rank, "energy": float(energy) if energy is not None else None,
     }
     opts.update(extra)
     return opts
@@ -52,7 +54,8 @@ def _options(format: str, bits: Optional[int], group_size: Optional[int], target
 # The keyword options save_file / compress take as **options (save_model names them), with their
 # defaults: those of save_model's signature.
 _KEYWORD_DEFAULTS: Dict[str, Any] = dict(strategy=None, symmetric=True, block=None, activations=True, prune_24=False,
-                                         shard_size="5GB", overwrite=False, compute_errors=True)
+                                         shard_size="5GB", overwrite=False, compute_errors=True, rank=None,
+                                         energy=None)
 
 
 def _keyword_options(caller: str, options: Mapping[str, Any]) -> Dict[str, Any]:
@@ -160,6 +163,17 @@ def _module_classes(model) -> Dict[str, List[str]]:
             for name, m in model.named_modules() if name}
 
 
+def _conv_modules(model) -> Dict[str, str]:
+    """Conv2d module -> the attributes a low-rank decomposition records (ptdeco utils/modconfig.py
+    `_get_module_config_conv2d`); they are not in the weights."""
+    import torch
+
+    return {name: json.dumps({"stride": list(m.stride), "padding": list(m.padding) if isinstance(m.padding, tuple)
+                              else m.padding, "dilation": list(m.dilation), "padding_mode": m.padding_mode,
+                              "groups": m.groups})
+            for name, m in model.named_modules() if name and isinstance(m, torch.nn.Conv2d)}
+
+
 def _model_config(model, config: Optional[Union[Mapping[str, Any], str]]) -> str:
     """config.json text: the transformers model's own config (what save_pretrained writes), with
     `config` (a dict, or JSON text) merged over it; "" when there is neither."""
@@ -183,7 +197,8 @@ def _extra_files(model) -> Dict[str, str]:
 
 
 def _write(out_dir: PathLike, tensors: Mapping[str, Any], opts: Dict[str, Any], config_json: str,
-           classes: Dict[str, List[str]], extra: Dict[str, str], progress) -> Dict[str, Any]:
+           classes: Dict[str, List[str]], extra: Dict[str, str], progress,
+           convs: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     import torch
 
     from . import InvalidArgumentError
@@ -212,7 +227,7 @@ def _write(out_dir: PathLike, tensors: Mapping[str, Any], opts: Dict[str, Any], 
         return t.reshape(-1).view(torch.uint8).numpy()
 
     return _report(_native._compress_tensors(os.fspath(out_dir), entries, fetch, opts, config_json, classes, extra,
-                                             progress))
+                                             convs or {}, progress))
 
 
 def save_model(model: Any, out_dir: PathLike, format: str = "pack-quantized", bits: Optional[int] = None,
@@ -221,8 +236,8 @@ def save_model(model: Any, out_dir: PathLike, format: str = "pack-quantized", bi
                config: Optional[Union[Mapping[str, Any], str]] = None, *, strategy: Optional[str] = None,
                symmetric: bool = True, block: Optional[Tuple[int, int]] = None, activations: bool = True,
                prune_24: bool = False, shard_size: Union[int, str] = "5GB", overwrite: bool = False,
-               compute_errors: bool = True, progress: Optional[Callable[[Dict[str, Any]], None]] = None
-               ) -> Dict[str, Any]:
+               compute_errors: bool = True, progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+               rank: Optional[int] = None, energy: Optional[float] = None) -> Dict[str, Any]:
     """Writes a torch model (``nn.Module``) or a state dict as a compressed-tensors checkpoint in
     ``out_dir`` (``model.safetensors`` or shards + index, ``config.json``), compressing as
     ``ctstream compress`` does, straight from memory, one tensor at a time.
@@ -245,6 +260,10 @@ def save_model(model: Any, out_dir: PathLike, format: str = "pack-quantized", bi
     prune_24: sparse-24-bitmask: keep the 2 largest of every 4 instead of refusing non-2:4 weights.
     shard_size: largest shard ("5GB", bytes). overwrite: replace a non-empty ``out_dir``.
     compute_errors: decode every compressed tensor back and report its error.
+    rank / energy: format "low-rank" (ptdeco's layout + decompose_config.json): keep ``rank``
+      singular values per weight, or the fewest holding the fraction ``energy`` of its energy.
+      With a model, targets may include "Conv2d": a conv becomes a k x k conv to ``rank``
+      channels then a 1 x 1 conv (its stride / padding come from the module).
     progress: called with a dict (phase, tensors_done, tensors_total, bytes_done, bytes_total,
       tensor, elapsed_s) after each tensor; raising in it aborts (nothing is written).
 
@@ -261,9 +280,10 @@ def save_model(model: Any, out_dir: PathLike, format: str = "pack-quantized", bi
         config_json = _model_config(model, config)
         extra = _extra_files(model)
         discard = _tied_names(model)
+        convs = _conv_modules(model)
     elif isinstance(model, Mapping):
         state = dict(model)
-        classes, extra, discard = {}, {}, []
+        classes, extra, discard, convs = {}, {}, [], {}
         config_json = _model_config(None, config)
     else:
         raise InvalidArgumentError(f"save_model takes a torch.nn.Module or a state dict, not {type(model).__name__}")
@@ -278,8 +298,8 @@ def save_model(model: Any, out_dir: PathLike, format: str = "pack-quantized", bi
         # class (transformers + compressed-tensors) must still leave its module dense.
         ignore = list(ignore or []) + [a for a in aliased if a not in (ignore or [])]
     opts = _options(format, bits, group_size, targets, ignore, dtype, strategy, symmetric, block, activations,
-                    prune_24, shard_size, overwrite, compute_errors)
-    return _write(out_dir, state, opts, config_json, classes, extra, progress)
+                    prune_24, shard_size, overwrite, compute_errors, rank, energy)
+    return _write(out_dir, state, opts, config_json, classes, extra, progress, convs)
 
 
 def save_file(tensors: Mapping[str, Any], path: PathLike, format: str = "pack-quantized", bits: Optional[int] = None,

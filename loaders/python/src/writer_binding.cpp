@@ -49,14 +49,30 @@ std::optional<T> get(const nb::dict& d, const char* key) {
 }
 
 CompressOptions options_from(const nb::dict& d) {
-  static const std::set<std::string> known = {"format",     "bits",      "strategy",         "group_size",
-                                              "block",      "symmetric", "activations",      "fuse_global_scales",
-                                              "prune_24",   "targets",   "ignore",           "dtype",
-                                              "shard_size", "overwrite", "copy_other_files", "compute_errors",
-                                              "io",         "threads"};
+  static const std::set<std::string> known = {"format",
+                                              "bits",
+                                              "strategy",
+                                              "group_size",
+                                              "block",
+                                              "symmetric",
+                                              "activations",
+                                              "fuse_global_scales",
+                                              "prune_24",
+                                              "targets",
+                                              "ignore",
+                                              "dtype",
+                                              "shard_size",
+                                              "overwrite",
+                                              "copy_other_files",
+                                              "compute_errors",
+                                              "io",
+                                              "threads",
+                                              "rank",
+                                              "energy"};
   for (auto [k, v] : d) {
     std::string key;
-    if (!nb::try_cast<std::string>(k, key) || !known.count(key)) raise("invalid_argument", "unknown writer option");
+    if (!nb::try_cast<std::string>(k, key) || !known.count(key))
+      raise("invalid_argument", "unknown writer option '" + key + "'");
   }
   CompressOptions o;
   if (auto f = get<std::string>(d, "format")) {
@@ -85,6 +101,8 @@ CompressOptions options_from(const nb::dict& d) {
   if (auto v = get<bool>(d, "activations")) o.input_activations = *v;
   if (auto v = get<bool>(d, "fuse_global_scales")) o.fuse_global_scales = *v;
   if (auto v = get<bool>(d, "prune_24")) o.prune_24 = *v;
+  if (auto v = get<uint64_t>(d, "rank")) o.rank = *v;
+  if (auto v = get<double>(d, "energy")) o.energy = *v;
   if (auto v = get<std::vector<std::string>>(d, "targets")) o.targets = *v;
   if (auto v = get<std::vector<std::string>>(d, "ignore")) o.ignore = *v;
   if (auto s = get<std::string>(d, "dtype")) {
@@ -186,7 +204,8 @@ std::string compress_tensors(const std::string& out_dir,
                              const std::vector<std::tuple<std::string, std::string, std::vector<uint64_t>>>& entries,
                              nb::object fetch, const nb::dict& options, const std::string& config_json,
                              const std::map<std::string, std::vector<std::string>>& module_classes,
-                             const std::map<std::string, std::string>& extra_files, nb::object progress) {
+                             const std::map<std::string, std::string>& extra_files,
+                             const std::map<std::string, std::string>& conv_modules, nb::object progress) {
   auto pending = std::make_shared<Pending>();
   CompressOptions o = options_from(options);
   set_progress(o, std::move(progress), pending);
@@ -204,7 +223,7 @@ std::string compress_tensors(const std::string& out_dir,
   try {
     src.emplace(
         std::move(es), [pf](size_t i) { return (*pf)(i); },
-        ctstream::BufferSource::Model{config_json, module_classes, extra_files});
+        ctstream::BufferSource::Model{config_json, module_classes, extra_files, conv_modules});
   } catch (const ctstream::Error& e) {
     set_error(std::string(ctstream::error_kind_name(e.kind())), e.what(), e.file(), e.tensor());
     throw nb::python_error();
@@ -226,7 +245,8 @@ std::string compress_checkpoint(const std::string& in, const std::string& out_di
 
 void bind_writer(nb::module_& m) {
   m.def("_compress_tensors", &compress_tensors, "out_dir"_a, "entries"_a, "fetch"_a, "options"_a, "config_json"_a,
-        "module_classes"_a, "extra_files"_a, "progress"_a = nb::none(),
+        "module_classes"_a, "extra_files"_a, "conv_modules"_a = std::map<std::string, std::string>{},
+        "progress"_a = nb::none(),
         "Compresses tensors fetched one at a time (fetch(i) -> C-contiguous buffer) into out_dir; returns the "
         "report as JSON. Use ctstream.save_model / ctstream.save_file.");
   m.def("_compress_checkpoint", &compress_checkpoint, "input"_a, "out_dir"_a, "options"_a, "progress"_a = nb::none(),
