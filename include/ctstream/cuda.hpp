@@ -27,8 +27,9 @@ bool available() noexcept;
 /// `device_bytes` long) as `out_dtype`, with the rules of Checkpoint::decode_into (same output
 /// bytes, same errors). Every check of the stored data runs on the host first
 /// (Checkpoint::validate); then the parts are copied to the device and decoded there, in order on
-/// `cuda_stream` (a cudaStream_t; nullptr = the default stream). Returns when the work is queued:
-/// synchronise the stream before reading the output. @return bytes the decode writes.
+/// `cuda_stream` (a cudaStream_t; nullptr = the default stream). Returns once the stored bytes
+/// have reached the device and the decode is queued: synchronise the stream before reading the
+/// output. @return bytes the decode writes.
 /// Throws Error{unsupported} without CUDA or a device, Error{buffer_too_small}, and the Errors
 /// decode_into() throws for the same tensor; a CUDA failure is Error{out_of_memory} (allocation)
 /// or Error{internal} naming the CUDA call.

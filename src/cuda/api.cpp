@@ -43,7 +43,7 @@ const Probe& probe() noexcept {
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
       r.why = std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
-      (void)cudaGetLastError();  // clear the sticky-free error so later calls start clean
+      (void)cudaGetLastError();  // reset the runtime's last-error state for later calls
     } else if (n == 0) {
       r.why = "no CUDA device";
     } else {
