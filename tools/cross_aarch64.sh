@@ -19,7 +19,7 @@ if ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/
 fi
 dir=build-aarch64
 cmake -S . -B $dir -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
-  -DCTSTREAM_BUILD_BENCH=OFF -DCTSTREAM_WERROR="${CTSTREAM_WERROR:-OFF}" >/dev/null
+  -DCTSTREAM_BUILD_BENCH=OFF -DCTSTREAM_WERROR="${CTSTREAM_WERROR:-OFF}" -DCTSTREAM_CUDA=OFF >/dev/null
 cmake --build $dir -j"$(nproc)" --target ctstream_tests ctstream_cli test_c_abi
 QEMU=(qemu-aarch64 -L /)  # the arm64 multiarch runtime; see cmake/aarch64-linux-gnu.cmake
 aarch64-linux-gnu-readelf -h $dir/bin/ctstream | grep -q AArch64 || { echo "aarch64: $dir/bin/ctstream is not an AArch64 binary"; exit 1; }

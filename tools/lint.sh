@@ -16,7 +16,11 @@ else
 fi
 [ -f build/compile_commands.json ] || bash tools/build.sh build >/dev/null
 log=$(mktemp)
-if ! run-clang-tidy -p build -j "$(nproc)" -quiet -extra-arg=-Wno-unknown-warning-option "^$PWD/(src|tools|loaders)/" >"$log" 2>&1; then
+# CUDA sources (.cu) are left out of clang-tidy: their compile commands are nvcc's, which clang-tidy
+# cannot replay; the per-element code they call (src/codecs/element.hpp) is checked through the
+# C++ files that include it.
+if ! run-clang-tidy -p build -j "$(nproc)" -quiet -extra-arg=-Wno-unknown-warning-option \
+    "^$PWD/(src|tools|loaders)/(?!.*\.cu$)" >"$log" 2>&1; then
   grep -E "(warning|error):" "$log" | sed 's/\x1b\[[0-9;]*m//g' | sort -u
   echo "clang-tidy: findings above (config .clang-tidy)"; rm -f "$log"; exit 1
 fi

@@ -1,6 +1,7 @@
 // ctstream — umbrella header: the whole public C++ API.
 #pragma once
 #include "ctstream/checkpoint.hpp"
+#include "ctstream/cuda.hpp"
 #include "ctstream/decompress.hpp"
 #include "ctstream/dtype.hpp"
 #include "ctstream/error.hpp"

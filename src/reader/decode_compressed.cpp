@@ -42,34 +42,10 @@ const TensorPart& need_part(const Checkpoint::Impl& ck, const TensorInfo& t, con
   fail(ck, t, ErrorKind::corrupt_tensor, std::string("missing part '") + role + "'");
 }
 
-// Exact f32 image of one stored scalar of a scale / zero-point / value tensor.
+// Exact f32 image of one stored scalar of a scale / zero-point / quantized-value part (the format
+// table admits no dtype stored_to_f32 does not read).
 float to_f32(DType d, const std::byte* p, bool e8m0) {
-  switch (d) {
-    case DType::F32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DType::BF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return codecs::f32_from_bits(codecs::bf16_to_f32(h));
-    }
-    case DType::F16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return codecs::f32_from_bits(codecs::f16_to_f32(h));
-    }
-    case DType::F8_E4M3: return e4m3_lut()[static_cast<uint8_t>(*p)];
-    case DType::U8:
-      return e8m0 ? codecs::e8m0_to_f32(static_cast<uint8_t>(*p)) : static_cast<float>(static_cast<uint8_t>(*p));
-    case DType::F8_E8M0: return codecs::e8m0_to_f32(static_cast<uint8_t>(*p));
-    case DType::I8: return static_cast<float>(static_cast<int8_t>(*p));
-    default: break;
-  }
-  // The format table admits no other dtype for scales, zero points or quantized values.
-  assert(false && "dtype refused by the format table reached a decoder");
-  return 0.f;
+  return codecs::stored_to_f32(d, reinterpret_cast<const uint8_t*>(p), e8m0);
 }
 
 // Scales and zero points of a quantized weight, per row (compressed_tensors/quantization/
@@ -334,12 +310,8 @@ class Fp6Decoder final : public ScaledDecoder {
     const uint64_t rb = cols_ / 4 * 3;
     auto w = ck_.bytes(main_, r * rb, rb, sw, /*windowed=*/true);
     xf.resize(cols_);
-    for (uint64_t k = 0; k < cols_ / 4; ++k) {
-      const auto* b = reinterpret_cast<const uint8_t*>(w.data()) + 3 * k;
-      const uint32_t word = b[0] | (uint32_t(b[1]) << 8) | (uint32_t(b[2]) << 16);
-      for (unsigned j = 0; j < 4; ++j)
-        xf[4 * k + j] = codecs::e2m3_to_f32(static_cast<uint8_t>((word >> (6 * j)) & 0x3F));
-    }
+    const auto* row = reinterpret_cast<const uint8_t*>(w.data());
+    for (uint64_t j = 0; j < cols_; ++j) xf[j] = codecs::e2m3_to_f32(codecs::fp6_code(row, j));
     dequant(r, xf.data(), cols_, 0, nullptr, out);
   }
 };

@@ -1,0 +1,381 @@
+// cuda — decode_into_device(): host-side checks (the CPU path's own: Checkpoint::validate, the
+// output-size and slice rules), staging of the stored parts through a bounded pinned ring, and the
+// kernel launch (kernels.cu). Built in every configuration; without CUDA only the refusal remains.
+#include "ctstream/cuda.hpp"
+
+#include <string>
+
+#include "core/boundary.hpp"
+
+#if CTSTREAM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "cuda/launch.hpp"
+#include "format/format_table.hpp"
+#endif
+
+namespace ctstream::cuda {
+namespace {
+
+std::string file_of(const Checkpoint& ck, const TensorInfo& t) {
+  if (t.parts.empty()) return "";
+  const auto files = ck.files();
+  return t.parts.front().file < files.size() ? files[t.parts.front().file].string() : "";
+}
+
+#if CTSTREAM_HAVE_CUDA
+struct Probe {
+  bool ok = false;
+  std::string why;
+};
+const Probe& probe() noexcept {
+  static const Probe p = [] {
+    Probe r;
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      r.why = std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
+      (void)cudaGetLastError();  // reset the runtime's last-error state for later calls
+    } else if (n == 0) {
+      r.why = "no CUDA device";
+    } else {
+      r.ok = true;
+    }
+    return r;
+  }();
+  return p;
+}
+#endif
+
+std::string unavailable_reason() {
+#if CTSTREAM_HAVE_CUDA
+  return probe().why;
+#else
+  return "this ctstream was built without CUDA (CTSTREAM_CUDA=OFF)";
+#endif
+}
+
+#if CTSTREAM_HAVE_CUDA
+using detail::DenseJob;
+using detail::QuantJob;
+using detail::SliceMap;
+using detail::ValueKind;
+
+constexpr uint64_t kStagingSlot = 16ull << 20;  // two slots: at most 32 MiB of pinned host memory
+constexpr uint64_t kAlign = 256;
+
+class Cuda {
+ public:
+  Cuda(std::string file, std::string tensor) : file_(std::move(file)), tensor_(std::move(tensor)) {}
+  void check(cudaError_t e, const char* call) const {
+    if (e == cudaSuccess) return;
+    (void)cudaGetLastError();
+    const ErrorKind k = e == cudaErrorMemoryAllocation ? ErrorKind::out_of_memory : ErrorKind::internal;
+    throw Error(k, file_, tensor_, std::string("CUDA ") + call + ": " + cudaGetErrorString(e));
+  }
+  [[noreturn]] void fail(ErrorKind k, const std::string& msg) const { throw Error(k, file_, tensor_, msg); }
+
+ private:
+  std::string file_, tensor_;
+};
+
+// One stream-ordered device allocation, freed in stream order (after the kernels that use it).
+class DeviceBuffer {
+ public:
+  DeviceBuffer(const Cuda& cu, uint64_t bytes, cudaStream_t s) : s_(s) {
+    if (bytes) cu.check(cudaMallocAsync(&p_, bytes, s), "cudaMallocAsync");
+  }
+  ~DeviceBuffer() {
+    if (p_) (void)cudaFreeAsync(p_, s_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  uint8_t* get() const { return static_cast<uint8_t*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+  cudaStream_t s_;
+};
+
+// file -> pinned slot -> async H2D, two slots in flight: a slot is refilled once the copy that
+// last read it has finished (its event), so reading the next chunk overlaps the previous copy.
+class Staging {
+ public:
+  Staging(const Cuda& cu, const Checkpoint& ck, uint64_t largest, cudaStream_t s)
+      : cu_(cu), ck_(ck), s_(s), slot_(std::min(kStagingSlot, std::max<uint64_t>(largest, 1))) {
+    for (int i = 0; i < 2; ++i) {
+      cu.check(cudaMallocHost(&host_[i], slot_), "cudaMallocHost");
+      cu.check(cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming), "cudaEventCreate");
+    }
+  }
+  ~Staging() {
+    for (int i = 0; i < 2; ++i) {
+      if (done_[i]) {
+        (void)cudaEventSynchronize(done_[i]);  // no copy may still read the slot we free
+        (void)cudaEventDestroy(done_[i]);
+      }
+      if (host_[i]) (void)cudaFreeHost(host_[i]);
+    }
+  }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  void upload(const TensorPart& p, uint8_t* dst) {
+    const bool mapped = ck_.options().io == IoMode::mmap;
+    std::span<const std::byte> view;
+    int fd = -1;
+    if (mapped) {
+      view = ck_.part_view(p);  // checks the part is still inside its file
+    } else {
+      fd = ::open(ck_.files()[p.file].c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) cu_.fail(ErrorKind::io, "open for device staging: " + std::string(std::strerror(errno)));
+    }
+    struct Closer {
+      int fd;
+      ~Closer() {
+        if (fd >= 0) ::close(fd);
+      }
+    } closer{fd};
+    for (uint64_t off = 0; off < p.nbytes; off += slot_) {
+      const uint64_t n = std::min(slot_, p.nbytes - off);
+      cu_.check(cudaEventSynchronize(done_[next_]), "cudaEventSynchronize");
+      auto* h = static_cast<std::byte*>(host_[next_]);
+      if (mapped) {
+        std::memcpy(h, view.data() + off, n);
+      } else {
+        uint64_t got = 0;
+        while (got < n) {
+          const ssize_t r = ::pread(fd, h + got, n - got, static_cast<off_t>(p.offset + off + got));
+          if (r < 0 && errno == EINTR) continue;
+          if (r < 0) cu_.fail(ErrorKind::io, "read for device staging: " + std::string(std::strerror(errno)));
+          if (r == 0) cu_.fail(ErrorKind::truncated, "file ends inside part '" + p.role + "' (shrank since open?)");
+          got += static_cast<uint64_t>(r);
+        }
+      }
+      cu_.check(cudaMemcpyAsync(dst + off, h, n, cudaMemcpyHostToDevice, s_), "cudaMemcpyAsync");
+      cu_.check(cudaEventRecord(done_[next_], s_), "cudaEventRecord");
+      next_ ^= 1;
+    }
+  }
+
+ private:
+  const Cuda& cu_;
+  const Checkpoint& ck_;
+  cudaStream_t s_;
+  uint64_t slot_;
+  void* host_[2] = {nullptr, nullptr};
+  cudaEvent_t done_[2] = {nullptr, nullptr};
+  int next_ = 0;
+};
+
+SliceMap slice_map(const TensorInfo& t, const std::optional<Slice>& s, const std::vector<uint64_t>& out_shape) {
+  SliceMap m;
+  if (!s) {  // the whole tensor, one run
+    m.dim = m.len = t.numel();
+    return m;
+  }
+  for (unsigned d = 0; d < s->dim; ++d) m.outer *= t.shape[d];
+  m.dim = t.shape[s->dim];
+  for (size_t d = s->dim + 1; d < t.shape.size(); ++d) m.inner *= t.shape[d];
+  m.start = s->start;
+  m.len = out_shape[s->dim];  // output_shape() checked and clamped the slice
+  return m;
+}
+
+// The refusals of decode_dense / decode_into / make_decoder for an output dtype, word for word
+// (the data checks themselves are Checkpoint::validate's).
+void check_dtypes(const Cuda& cu, const TensorInfo& t, DType out, bool sliced) {
+  const std::string o(dtype_name(out));
+  if (t.format == Format::dense) {
+    const DType src = t.parts.front().dtype;
+    const std::string s(dtype_name(src));
+    const bool convert = src != out, widen = convert && is_float(src) && !is_float_output(src);
+    if (convert && !is_float_output(out))
+      cu.fail(ErrorKind::unsupported, "cannot convert " + s + " to " + o +
+                                          " (floating tensors convert to F32, F16 or BF16; other dtypes are copied "
+                                          "as stored)");
+    if (convert && !is_float(src))
+      cu.fail(ErrorKind::unsupported,
+              "cannot convert " + s + " to " + o +
+                  " (only floating tensors convert; integer and bool tensors are copied as stored)");
+    if (widen && (src == DType::F6_E2M3 || src == DType::F6_E3M2))
+      cu.fail(ErrorKind::unsupported, "cannot convert " + s +
+                                          ": safetensors defines no element order for 6-bit values (read it as "
+                                          "stored, without a dtype)");
+    if (dtype_bits(src) % 8 != 0 && sliced && !widen)
+      cu.fail(ErrorKind::unsupported, "slicing a sub-byte " + s + " tensor (as stored)");
+    return;
+  }
+  if (t.quantized && !is_float_output(out))
+    cu.fail(ErrorKind::unsupported, "a quantized weight decodes to BF16, F16 or F32, not " + o + "; use read_part()");
+  if (!t.quantized && (t.format == Format::sparse_bitmask || t.format == Format::sparse_24_bitmask)) {
+    const TensorPart* v = t.part("compressed");
+    if (v && v->dtype != out && !(is_float_output(v->dtype) && is_float_output(out)))
+      cu.fail(ErrorKind::unsupported, "cannot convert " + std::string(dtype_name(v->dtype)) + " values to " + o);
+  }
+}
+
+uint64_t decode_device(const Checkpoint& ck, const TensorInfo& t, const Cuda& cu, void* dptr, uint64_t dbytes,
+                       DType out, cudaStream_t stream, const std::optional<Slice>& slice) {
+  ck.validate(t);  // every check of the stored data the CPU decode runs, before any device work
+  const std::vector<uint64_t> out_shape = ck.output_shape(t, slice);
+  const uint64_t need = ck.output_bytes(t, out, slice);
+  const SliceMap map = slice_map(t, slice, out_shape);
+  const bool sliced = map.len != map.dim || map.outer != 1 || map.inner != 1;
+  check_dtypes(cu, t, out, sliced);
+  if (dbytes < need)
+    cu.fail(ErrorKind::buffer_too_small,
+            "device buffer holds " + std::to_string(dbytes) + " bytes, decode needs " + std::to_string(need));
+  if (need == 0) return 0;
+  if (!dptr) cu.fail(ErrorKind::invalid_argument, "device pointer is null");
+
+  uint64_t largest = 0;
+  for (const TensorPart& p : t.parts) largest = std::max(largest, p.nbytes);
+  Staging staging(cu, ck, largest, stream);
+
+  if (t.format == Format::dense) {
+    const TensorPart& p = t.parts.front();
+    if (p.dtype == out && !sliced) {  // straight through: file -> pinned -> the caller's buffer
+      staging.upload(p, static_cast<uint8_t*>(dptr));
+      return need;
+    }
+    DeviceBuffer in(cu, p.nbytes, stream);
+    staging.upload(p, in.get());
+    DenseJob job;
+    job.in = in.get();
+    job.src = p.dtype;
+    job.out = out;
+    job.map = map;
+    const char* what = "";
+    cu.check(static_cast<cudaError_t>(detail::launch_dense(job, dptr, stream, &what)), what);
+    return need;
+  }
+
+  // Compressed: every stored part goes to one device allocation, each at an aligned offset.
+  const format::Geometry g = format::geometry(t);
+  const bool sparse = t.format == Format::sparse_bitmask || t.format == Format::sparse_24_bitmask;
+  const uint64_t mbytes = (g.cols + 7) / 8;
+  uint64_t total = 0;
+  std::map<std::string, uint64_t> at;  // role -> offset
+  for (const TensorPart& p : t.parts) {
+    at[p.role] = total;
+    total += (p.nbytes + kAlign - 1) / kAlign * kAlign;
+  }
+  const uint64_t row_start_at = total;
+  if (sparse) total += ((g.rows + 1) * 8 + kAlign - 1) / kAlign * kAlign;
+  const uint64_t byte_offset_at = total;
+  if (sparse) total += g.rows * mbytes * 4;
+  DeviceBuffer dev(cu, total, stream);
+  for (const TensorPart& p : t.parts) staging.upload(p, dev.get() + at[p.role]);
+  auto part = [&](const char* role) -> const uint8_t* { return t.part(role) ? dev.get() + at[role] : nullptr; };
+
+  QuantJob job;
+  job.rows = g.rows;
+  job.cols = g.cols;
+  job.out = out;
+  job.map = map;
+  job.bits = t.quant.num_bits;
+  job.dense_pack = !t.quant.legacy_packing;
+  switch (t.format) {
+    case Format::pack_quantized:
+      job.kind = ValueKind::packed_int;
+      job.values = part("weight_packed");
+      job.row_bytes = g.row_bytes;
+      break;
+    case Format::naive_quantized:
+    case Format::int_quantized:
+    case Format::float_quantized:
+    case Format::mxfp8_quantized:
+      job.kind = ValueKind::byte;
+      job.values = part("weight");
+      job.value_dtype = t.part("weight")->dtype;
+      break;
+    case Format::nvfp4_pack_quantized:
+    case Format::mxfp4_pack_quantized:
+      job.kind = ValueKind::fp4;
+      job.values = part("weight_packed");
+      break;
+    case Format::mxfp6_pack_quantized:
+      job.kind = ValueKind::fp6;
+      job.values = part("weight_packed");
+      break;
+    case Format::sparse_bitmask:
+    case Format::sparse_24_bitmask:
+      job.kind = ValueKind::sparse;
+      job.values = part("compressed");
+      job.value_dtype = t.part("compressed")->dtype;
+      job.mask = part("bitmask");
+      job.row_start = reinterpret_cast<uint64_t*>(dev.get() + row_start_at);
+      job.byte_offset = reinterpret_cast<uint32_t*>(dev.get() + byte_offset_at);
+      break;
+    default: cu.fail(ErrorKind::unsupported, "no device decoder for format " + std::string(format_name(t.format)));
+  }
+  if (!job.values) cu.fail(ErrorKind::corrupt_tensor, "missing main part");  // validate() refused it already
+  if (t.quantized) {
+    const TensorPart* sp = t.part("weight_scale");
+    if (!sp) cu.fail(ErrorKind::corrupt_tensor, "missing part 'weight_scale'");
+    job.quantized = true;
+    job.scale = part("weight_scale");
+    job.scale_dtype = sp->dtype;
+    job.e8m0 = sp->dtype == DType::U8 || sp->dtype == DType::F8_E8M0;
+    job.scale_cols = g.scale.cols;
+    job.group_size = g.scale.group_size;
+    job.row_div = g.scale.row_div;
+    job.global_scale = part("weight_global_scale");
+    if (const TensorPart* zp = t.part("weight_zero_point")) {
+      job.zp = part("weight_zero_point");
+      job.zp_dtype = zp->dtype;
+    }
+    job.natural = t.dtype;
+    job.exact_sub = t.quant.type == QuantType::int_;
+    if (const TensorPart* gi = t.part("weight_g_idx"); gi && t.format == Format::pack_quantized) {
+      // 0.12 act-order: a -1 anywhere means plain order (forward.py `_process_quantization`), as
+      // the CPU decoder reads it; validate() checked every other entry is a group index.
+      std::vector<int32_t> idx(gi->nbytes / 4);
+      ck.read_part(*gi, std::as_writable_bytes(std::span<int32_t>(idx)));
+      if (std::find(idx.begin(), idx.end(), -1) == idx.end())
+        job.gidx = reinterpret_cast<const int32_t*>(part("weight_g_idx"));
+    }
+  }
+  const char* what = "";
+  cu.check(static_cast<cudaError_t>(detail::launch_quant(job, dptr, stream, &what)), what);
+  return need;
+}
+#endif
+
+}  // namespace
+
+bool available() noexcept {
+#if CTSTREAM_HAVE_CUDA
+  return probe().ok;
+#else
+  return false;
+#endif
+}
+
+uint64_t decode_into_device(const Checkpoint& ckpt, const TensorInfo& t, void* device_ptr, uint64_t device_bytes,
+                            DType out_dtype, void* cuda_stream, const std::optional<Slice>& slice) {
+  const std::string file = file_of(ckpt, t);
+  return ctstream::detail::at_boundary(file, t.name, [&]() -> uint64_t {
+    if (!available())
+      throw Error(ErrorKind::unsupported, file, t.name, "cannot decode into device memory: " + unavailable_reason());
+#if CTSTREAM_HAVE_CUDA
+    const Cuda cu(file, t.name);
+    return decode_device(ckpt, t, cu, device_ptr, device_bytes, out_dtype, static_cast<cudaStream_t>(cuda_stream),
+                         slice);
+#else
+    (void)device_ptr, (void)device_bytes, (void)out_dtype, (void)cuda_stream, (void)slice;
+    return 0;
+#endif
+  });
+}
+
+}  // namespace ctstream::cuda
