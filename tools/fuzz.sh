@@ -14,7 +14,7 @@
 #                                        campaigns.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TARGETS=(checkpoint header config shards decode differential writer)
+TARGETS=(checkpoint header config shards decode differential writer low_rank)
 mode=smoke
 if [ "${1:-}" = table ]; then
   table=$(awk -F'\t' 'NR > 1 && $7 != "ok" { bad[$2]++ } NR > 1 && $7 == "ok" {
@@ -22,8 +22,8 @@ if [ "${1:-}" = table ]; then
     } END {
       print "| target | executions (total) | runs | fuzzing time | max cov / ft | last run | runs with a finding |"
       print "|---|---|---|---|---|---|---|"
-      split("header config shards checkpoint decode differential writer", order, " ")
-      for (i = 1; i <= 7; i++) { t = order[i]
+      split("header config shards checkpoint decode differential writer low_rank", order, " ")
+      for (i = 1; i <= 8; i++) { t = order[i]
         if (t in n) printf "| `fuzz_%s` | %d | %d | %.1f h | %s / %s | %s | %d |\n", t, n[t], runs[t], secs[t] / 3600, cov[t], ft[t], last[t], bad[t]
         else printf "| `fuzz_%s` | 0 | 0 | - | - | - | - |\n", t }
     }' tests/fuzz/campaigns.tsv)
@@ -41,7 +41,9 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo 
   -DCTSTREAM_BUILD_TESTS=OFF -DCTSTREAM_BUILD_BENCH=OFF >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target "${TARGETS[@]/#/fuzz_}" >/dev/null
 mkdir -p build-fuzz/findings build-fuzz/seeds
-[ -d build-fuzz/seeds/header ] || bash tests/fuzz/make_corpus.sh build-fuzz/seeds
+for t in "${TARGETS[@]}"; do  # (re)made when a target has none yet (a target added since)
+  [ -d "build-fuzz/seeds/$t" ] || { rm -rf build-fuzz/seeds; bash tests/fuzz/make_corpus.sh build-fuzz/seeds; break; }
+done
 COMMON=(-max_len=65536 -rss_limit_mb=2048 -timeout=10 -dict=tests/fuzz/ctstream.dict -print_final_stats=1)
 
 extra() {  # per-target flags: the writer round trip is slow; plain (non-entropic) scheduling doubles it

@@ -2,6 +2,8 @@
 // no exception crosses the boundary; the message goes to a thread-local last-error string.
 #include "ctstream.h"
 
+#include <cstddef>
+
 #include <array>
 #include <cstring>
 #include <exception>
@@ -157,6 +159,7 @@ void ctstream_open_options_init(ctstream_open_options* o) {
   o->threads = d.threads;
   o->max_header_bytes = d.max_header_bytes;
   o->max_json_bytes = d.max_json_bytes;
+  o->stored_factors = d.low_rank == ctstream::LowRank::stored ? 1 : 0;
 }
 
 ctstream_status ctstream_open(const char* path, const ctstream_open_options* options, ctstream_checkpoint** out) {
@@ -165,7 +168,9 @@ ctstream_status ctstream_open(const char* path, const ctstream_open_options* opt
   return guarded([&] {
     ctstream::OpenOptions o;
     if (options) {
-      if (options->struct_size != sizeof(ctstream_open_options))
+      // ABI version 2's struct ended before stored_factors: still accepted (the field defaults).
+      constexpr size_t kV2Size = offsetof(ctstream_open_options, stored_factors);
+      if (options->struct_size != sizeof(ctstream_open_options) && options->struct_size != kV2Size)
         return fail(CTSTREAM_ERR_INVALID_ARGUMENT,
                     "ctstream_open: options->struct_size is " + std::to_string(options->struct_size) + ", expected " +
                         std::to_string(sizeof(ctstream_open_options)) + " (call ctstream_open_options_init first)");
@@ -178,6 +183,11 @@ ctstream_status ctstream_open(const char* path, const ctstream_open_options* opt
       o.threads = options->threads;
       o.max_header_bytes = options->max_header_bytes;
       o.max_json_bytes = options->max_json_bytes;
+      if (options->struct_size == sizeof(ctstream_open_options)) {
+        if (options->stored_factors > 1)
+          return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_open: stored_factors must be 0 or 1");
+        o.low_rank = options->stored_factors ? ctstream::LowRank::stored : ctstream::LowRank::original;
+      }
     }
     *out = new ctstream_checkpoint{ctstream::Checkpoint::open(path, o)};
     return CTSTREAM_OK;

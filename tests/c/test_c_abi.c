@@ -7,6 +7,7 @@
  */
 #include <ctstream.h>
 #include <dirent.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,6 +298,39 @@ static void test_hostile(const char* fixtures) {
   CHECK(n >= 80, "hostile cases read: %d", n);
 }
 
+static void test_low_rank(const char* fixtures) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/lowrank/fp32", fixtures);
+  ctstream_checkpoint* ck = NULL;
+  ctstream_tensor_info t;
+  int rc = ctstream_open(path, NULL, &ck);
+  CHECK(rc == CTSTREAM_OK, "open %s: %s", path, ctstream_last_error());
+  if (rc != CTSTREAM_OK) return;
+  CHECK(ctstream_find(ck, "fc1.weight", &t) == CTSTREAM_OK && strcmp(t.format, "low-rank") == 0 && t.ndim == 2 &&
+            t.shape[0] == 96 && t.shape[1] == 64,
+        "original view: fc1.weight is low-rank [96, 64]");
+  CHECK(ctstream_find(ck, "fc1.0.weight", &t) == CTSTREAM_ERR_NOT_FOUND, "original view hides the factors");
+  ctstream_close(ck);
+  ctstream_open_options o;
+  ctstream_open_options_init(&o);
+  CHECK(o.stored_factors == 0, "default: original architecture");
+  o.stored_factors = 1;
+  rc = ctstream_open(path, &o, &ck);
+  CHECK(rc == CTSTREAM_OK, "open stored: %s", ctstream_last_error());
+  if (rc != CTSTREAM_OK) return;
+  CHECK(ctstream_find(ck, "fc1.0.weight", &t) == CTSTREAM_OK && strcmp(t.format, "dense") == 0, "stored view");
+  CHECK(ctstream_find(ck, "fc1.weight", &t) == CTSTREAM_ERR_NOT_FOUND, "stored view has no product");
+  ctstream_close(ck);
+  /* a caller built against ABI version 2 (struct without stored_factors) is still served */
+  o.struct_size = (uint32_t)offsetof(ctstream_open_options, stored_factors);
+  rc = ctstream_open(path, &o, &ck);
+  CHECK(rc == CTSTREAM_OK && ctstream_find(ck, "fc1.weight", &t) == CTSTREAM_OK, "ABI 2 options struct");
+  if (rc == CTSTREAM_OK) ctstream_close(ck);
+  ctstream_open_options_init(&o);
+  o.stored_factors = 2;
+  CHECK(ctstream_open(path, &o, &ck) == CTSTREAM_ERR_INVALID_ARGUMENT && ck == NULL, "stored_factors 2");
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s FIXTURES_DIR\n", argv[0]);
@@ -306,6 +340,7 @@ int main(int argc, char** argv) {
   test_basics();
   test_errors(fixtures);
   test_hostile(fixtures);
+  test_low_rank(fixtures);
 
   char root[4096];
   snprintf(root, sizeof root, "%s/ct", fixtures);

@@ -6,7 +6,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:?corpus dir}
 F=$ROOT/tests/fixtures
-mkdir -p "$OUT"/{checkpoint,header,config,shards,decode,differential,writer}
+mkdir -p "$OUT"/{checkpoint,header,config,shards,decode,differential,writer,low_rank}
 
 # checkpoint: a selector byte (which fixture config sits beside the file, see fuzz_checkpoint.cpp)
 # + the bytes of a .safetensors file
@@ -59,4 +59,30 @@ for t in ("decode", "differential", "writer"):
     for k in range(64):
         n = rng.choice([8, 32, 128, 512, 2048, 8192])
         open(os.path.join(out, t, f"seed_{k}"), "wb").write(bytes(rng.randrange(256) for _ in range(n)))
+PY
+
+# low_rank: decompose_config.json in ptdeco's layout (Linear, 1x1 and k x k convs, __meta__)
+python3 - "$OUT/low_rank" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def lin(i, o, b): return {"type": "Linear", "in_features": i, "out_features": o, "bias": b}
+def conv(i, o, k, b, **kw):
+    c = {"type": "Conv2d", "in_channels": i, "out_channels": o, "kernel_size": [k, k], "bias": b, "groups": 1,
+         "padding": [0, 0], "padding_mode": "zeros", "stride": [1, 1], "dilation": [1, 1]}
+    c.update(kw)
+    return c
+def seq(a, b, meta=False):
+    s = {"type": "Sequential", "modules": {"0": a, "1": b}}
+    if meta: s["__meta__"] = {"proportion": 0.25, "nsr_final": 0.01}
+    return s
+cases = {
+    "linear": {"fc1": seq(lin(64, 7, False), lin(7, 96, True), meta=True), "fc2": seq(lin(96, 11, False), lin(11, 48, False))},
+    "conv": {"stem": seq(conv(8, 5, 1, False), conv(5, 32, 1, True)),
+             "conv": seq(conv(24, 5, 3, False, padding=[1, 1], stride=[2, 2]), conv(5, 32, 1, True))},
+    "mixed": {"a.b": seq(lin(16, 2, False), lin(2, 16, True)), "__meta__": {"x": 1},
+              "c": seq(conv(3, 4, 5, False), conv(4, 6, 1, False))},
+}
+for name, cfg in cases.items():
+    for pad in range(8):  # the target picks its mutation from the input length
+        open(os.path.join(out, f"{name}_{pad}"), "w").write(json.dumps(cfg) + " " * pad)
 PY

@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define CTSTREAM_C_ABI_VERSION 2
+#define CTSTREAM_C_ABI_VERSION 3
 
 /** Result of every fallible call. The non-zero values mirror ctstream::ErrorKind, plus the last
  *  two for faults that only the C boundary has. */
@@ -118,6 +118,10 @@ typedef struct ctstream_open_options {
   uint32_t threads;          /**< threads used to decode one large tensor; 0 = all cores */
   uint64_t max_header_bytes; /**< largest safetensors JSON header accepted */
   uint64_t max_json_bytes;   /**< largest index / config.json accepted */
+  /** A low-rank checkpoint (ptdeco decompose_config.json): 0 (default) presents the original
+   *  architecture (format "low-rank", m.weight = m.1.weight @ m.0.weight); 1 the factors as stored.
+   *  (ABI version 3; a struct_size of version 2, without this field, is still accepted.) */
+  uint32_t stored_factors;
 } ctstream_open_options;
 
 /** Half-open range [start, stop) along dimension `dim` (a tensor-parallel shard). A `stop`
@@ -134,7 +138,7 @@ typedef struct ctstream_tensor_info {
   uint32_t ndim;
   const uint64_t* shape; /**< ndim entries (NULL when ndim == 0) */
   ctstream_dtype dtype;  /**< natural decoded dtype (what compressed-tensors returns) */
-  const char* format;    /**< compressed-tensors format name: "dense", "pack-quantized", ... */
+  const char* format;    /**< compressed-tensors format name: "dense", "pack-quantized", ...; "low-rank" (ABI 3) */
   int quantized;         /**< 1 when the tensor is stored quantized */
   uint32_t num_bits;     /**< quantized: bits per weight code, else 0 */
   uint64_t group_size;   /**< quantized group / tensor_group strategies, else 0 */
