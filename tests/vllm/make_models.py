@@ -13,6 +13,8 @@ OUT_DIR/
   int4_lib/ int8_lib/ fp8_lib/  the compressed-tensors library's own decompression of int4/int8/
                    fp8 (compressors' decompress classmethods, model-free), saved as plain bf16
                    checkpoints without quantization_config
+  lowrank/         `ctstream compress dense --format low-rank --rank 32` (ptdeco layout)
+  lowrank_dense/   its original-architecture weights (`ctstream decompress`) as a plain checkpoint
 """
 import json
 import os
@@ -102,4 +104,12 @@ compress(dense, os.path.join(OUT, "fp8"), "--format", "float-quantized")
 fp8_static(os.path.join(OUT, "fp8"), os.path.join(OUT, "fp8_static"))
 for q in ("int4", "int8", "fp8"):
     library_decompression(os.path.join(OUT, q), os.path.join(OUT, q + "_lib"))
+# low-rank (ptdeco layout): rank-32 factors of every Linear, and the same weights multiplied out
+# into a plain checkpoint for vLLM's own loader (the products' exactness against torch is tested
+# in tests/python/test_low_rank.py and tests/unit/test_low_rank.cpp; here: the engine integration)
+lowrank = os.path.join(OUT, "lowrank")
+compress(dense, lowrank, "--format", "low-rank", "--rank", "32")
+shutil.copytree(lowrank, os.path.join(OUT, "lowrank_dense"), ignore=shutil.ignore_patterns("*.safetensors", "decompose_config.json"))
+subprocess.run([CLI, "decompress", lowrank, os.path.join(OUT, "lowrank_dense", "model.safetensors"), "--quiet"],
+               check=True)
 print("models written to", OUT)

@@ -8,6 +8,7 @@ Llama and its compressed versions (make_models.py). Each engine run is its own p
   * int4 / int8 / fp8, model built unquantized (--quantization ctstream, and hf_overrides):
     ctstream's decode == vLLM loading the library's decompression as a dense model;
   * a checkpoint with static activation scales loads in dense mode;
+  * a low-rank (ptdeco) checkpoint loads into the original architecture (TP=1 and TP=2);
   * lazy decoding (the default) equals eager decoding; tensor parallelism (TP=2) decodes each
     rank's slice and gives the TP=1 tokens;
   * vLLM's default multiprocessing (engine core + worker spawned: ctstream only through its
@@ -111,6 +112,17 @@ def test_dense_mode_equals_library_decompression(models, q):
     got = run(models / q, "--load-format", "ctstream", "--quantization", "ctstream")
     assert outputs(got) == reference(models, q + "_lib")
     assert "decoded" in got["log"]
+
+
+def test_low_rank_checkpoint_loads_as_the_original_architecture(models):
+    # ptdeco's layout (m.0.weight / m.1.weight + decompose_config.json) into vLLM's unmodified
+    # Llama: the load format yields m.weight = m.1.weight @ m.0.weight, computed per (TP) slice.
+    alone = run(models / "lowrank")
+    assert "error" in alone, "vLLM alone cannot load the factors"
+    got = run(models / "lowrank", "--load-format", "ctstream")
+    assert outputs(got) == reference(models, "lowrank_dense")
+    tp = run(models / "lowrank", "--load-format", "ctstream", "--tp", "2")
+    assert [o["tokens"] for o in outputs(tp)] == [o["tokens"] for o in reference(models, "lowrank_dense")]
 
 
 def test_eager_decoding_equals_lazy(models):
