@@ -369,3 +369,19 @@ def test_save_model_convs_load_in_ptdeco(tmp_path, rank):
     x = torch.randn(2, 3, 17, 17)
     with torch.no_grad():
         torch.testing.assert_close(rebuilt(x), deco(x), rtol=1e-4, atol=1e-5)
+
+
+def test_safe_open(decomposed, tmp_path):
+    """ctstream.safe_open of a low-rank file: decoded (original architecture) by default, and with
+    packed=True exactly what safetensors' own safe_open sees."""
+    import safetensors
+
+    orig, model, cfg = decomposed
+    d = _save(model, cfg, tmp_path / "lr")
+    f = d / "model.safetensors"
+    with ctstream.safe_open(f, framework="pt") as s:
+        assert sorted(s.keys()) == sorted(orig.state_dict())
+    with ctstream.safe_open(f, framework="pt", packed=True) as s, safetensors.safe_open(str(f), framework="pt") as r:
+        assert sorted(s.keys()) == sorted(r.keys())
+        for k in r.keys():
+            assert torch.equal(s.get_tensor(k), r.get_tensor(k)), k

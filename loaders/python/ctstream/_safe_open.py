@@ -123,7 +123,8 @@ class safe_open:  # noqa: N801 - the name safetensors uses
         self._fw, self._backend, self._packed = fw, backend, packed
         self._path = os.fspath(filename)
         try:
-            self._ck = ctstream.open(self._path, io=backend, framework=fw)
+            # packed: every stored entry under its own key, a low-rank module's factors included
+            self._ck = ctstream.open(self._path, io=backend, framework=fw, low_rank="stored" if packed else "original")
         except ctstream.FileNotFoundError:
             raise _builtin_error(builtins.FileNotFoundError, f"No such file or directory: {self._path}") from None
         except ctstream.Error as e:
