@@ -20,7 +20,7 @@
 //   dense                 plain copy, float tensors converted to `dtype` (e.g. fp32 -> bf16)
 //   low_rank              ptdeco's layout (format/low_rank.hpp): each weight W [out, in] becomes
 //                         `m.0.weight` = sqrt(S) V^T [R, in] and `m.1.weight` = U sqrt(S) [out, R]
-//                         (truncated SVD, LAPACK SGESDD), `m.bias` becomes `m.1.bias`, and
+//                         (truncated SVD, Eigen BDCSVD), `m.bias` becomes `m.1.bias`, and
 //                         decompose_config.json says so; `rank` or `energy` picks R. A conv
 //                         weight [out, in, kh, kw] (when the source knows its module's attributes,
 //                         TensorSource::conv_modules, groups 1) becomes a kh x kw conv to R channels

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "codecs/half.hpp"
+#include "codecs/matmul.hpp"
 #include "ctstream/error.hpp"
 
 namespace ctstream::writer {
@@ -175,7 +176,7 @@ Encoded encode_low_rank(const Item& it, const std::vector<float>& v, bool want_d
   }
   if (want_decoded) {
     e.decoded.resize(rows * cols);
-    multiply_factors(b.data(), a.data(), rows, it.rank, cols, e.decoded.data());
+    codecs::matmul_f32(b.data(), a.data(), rows, it.rank, cols, e.decoded.data());
     for (auto& x : e.decoded) x = round_to(it.work, x);
   }
   return e;

@@ -1,6 +1,7 @@
-// writer — truncated SVD for low-rank weights (format/low_rank.hpp), through OpenBLAS's LAPACK
-// (SGESDD): W [rows, cols] ~= B [rows, R] @ A [R, cols], the optimal rank-R approximation in the
-// Frobenius and spectral norms (Eckart-Young), split evenly: A = sqrt(S) V^T, B = U sqrt(S).
+// writer — truncated SVD for low-rank weights (format/low_rank.hpp), through Eigen (BDCSVD, the
+// divide-and-conquer algorithm of LAPACK's xGESDD): W [rows, cols] ~= B [rows, R] @ A [R, cols],
+// the optimal rank-R approximation in the Frobenius and spectral norms (Eckart-Young), split
+// evenly: A = sqrt(S) V^T, B = U sqrt(S).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,7 +10,7 @@
 namespace ctstream::writer {
 
 /// Singular values of W (row-major [rows, cols]), descending. Throws Error{internal} naming
-/// `file` and `tensor` when LAPACK fails to converge.
+/// `file` and `tensor` when the SVD fails to converge.
 std::vector<float> singular_values(const float* w, uint64_t rows, uint64_t cols, const std::string& file,
                                    const std::string& tensor);
 
@@ -23,8 +24,5 @@ uint64_t max_useful_rank(uint64_t rows, uint64_t cols);
 /// The rank-R factors of W: a [R, cols] and b [rows, R], row-major.
 void truncated_factors(const float* w, uint64_t rows, uint64_t cols, uint64_t rank, std::vector<float>& a,
                        std::vector<float>& b, const std::string& file, const std::string& tensor);
-
-/// c [rows, cols] = b [rows, R] @ a [R, cols] (SGEMM).
-void multiply_factors(const float* b, const float* a, uint64_t rows, uint64_t rank, uint64_t cols, float* c);
 
 }  // namespace ctstream::writer

@@ -7,7 +7,7 @@ architecture: the same keys and shapes as the undecomposed model (load_state_dic
 accepts them), `m.weight` = `m.1.weight @ m.0.weight` within the stated tolerance, everything
 else bit-exact; the model built from it computes what the decomposed model computes.
 
-Tolerance of a product (ctstream: f32 SGEMM, any summation order) against the exact product
+Tolerance of a product (ctstream: f32 GEMM, any summation order) against the exact product
 computed in float64 by torch: |W - ref| <= 2 r u (|B| @ |A|) elementwise, u = 2^-24 (the
 standard bound on a length-r dot product, Higham 3.1), plus half an ulp of the output dtype
 (absolute below its normal range).
