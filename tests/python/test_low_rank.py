@@ -385,3 +385,15 @@ def test_safe_open(decomposed, tmp_path):
         assert sorted(s.keys()) == sorted(r.keys())
         for k in r.keys():
             assert torch.equal(s.get_tensor(k), r.get_tensor(k)), k
+
+
+def test_budgeted_iterator_yields_the_products(decomposed, tmp_path):
+    """tensors() (decode-ahead on workers within the budget) yields what get() gives, in bf16."""
+    orig, model, cfg = decomposed
+    d = _save(model, cfg, tmp_path / "lr")
+    with ctstream.open(d, budget="64KiB", threads=2) as ck:
+        want = {k: ck.get(k, dtype=torch.bfloat16) for k in ck.keys()}
+        got = dict(ck.tensors(dtype=torch.bfloat16))
+    assert sorted(got) == sorted(orig.state_dict())
+    for k, v in got.items():
+        assert torch.equal(v, want[k]), k
