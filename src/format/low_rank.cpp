@@ -83,25 +83,27 @@ LowRankModule parse_module(const std::string& name, const json& cfg, const std::
   const std::string ta = type_of(a, file, name + ".0"), tb = type_of(b, file, name + ".1");
   LowRankModule m;
   m.name = name;
-  if (ta == "Linear" && tb == "Linear") {
-    m.kind = Kind::linear;
-    m.in = dim(a, "in_features", file, name + ".0");
-    m.rank = dim(a, "out_features", file, name + ".0");
-    if (dim(b, "in_features", file, name + ".1") != m.rank)
-      bad(ErrorKind::invalid_config, file, name, "the second Linear's in_features is not the first's out_features");
-    m.out = dim(b, "out_features", file, name + ".1");
+  // Both kinds chain in -> rank -> out through `in_key` / `out_key` (features or channels), and
+  // the module's bias can only be the second factor's.
+  const auto chain = [&](const char* in_key, const char* out_key, const std::string& what) {
+    m.in = dim(a, in_key, file, name + ".0");
+    m.rank = dim(a, out_key, file, name + ".0");
+    if (dim(b, in_key, file, name + ".1") != m.rank)
+      bad(ErrorKind::invalid_config, file, name,
+          "the second " + what + "'s " + in_key + " is not the first's " + out_key);
+    m.out = dim(b, out_key, file, name + ".1");
     if (flag(a, "bias", file, name + ".0"))
       bad(ErrorKind::unsupported, file, name, "the first factor has a bias (ptdeco's never does)");
     m.bias = flag(b, "bias", file, name + ".1");
+  };
+  if (ta == "Linear" && tb == "Linear") {
+    m.kind = Kind::linear;
+    chain("in_features", "out_features", "Linear");
     return m;
   }
   if (ta == "Conv2d" && tb == "Conv2d") {
     m.kind = Kind::conv2d;
-    m.in = dim(a, "in_channels", file, name + ".0");
-    m.rank = dim(a, "out_channels", file, name + ".0");
-    if (dim(b, "in_channels", file, name + ".1") != m.rank)
-      bad(ErrorKind::invalid_config, file, name, "the second conv's in_channels is not the first's out_channels");
-    m.out = dim(b, "out_channels", file, name + ".1");
+    chain("in_channels", "out_channels", "conv");
     const auto [kh, kw] = pair(a, "kernel_size", file, name + ".0");
     if (kh < 1 || kw < 1 || kh > 1024 || kw > 1024)
       bad(ErrorKind::invalid_config, file, name, "kernel_size out of range");
@@ -114,9 +116,6 @@ LowRankModule parse_module(const std::string& name, const json& cfg, const std::
         pair(b, "padding", file, name + ".1") != std::pair<int64_t, int64_t>{0, 0} ||
         pair(b, "dilation", file, name + ".1") != std::pair<int64_t, int64_t>{1, 1})
       bad(ErrorKind::unsupported, file, name, "the second conv is not 1 x 1 with stride 1, padding 0, dilation 1");
-    if (flag(a, "bias", file, name + ".0"))
-      bad(ErrorKind::unsupported, file, name, "the first factor has a bias (ptdeco's never does)");
-    m.bias = flag(b, "bias", file, name + ".1");
     json attrs = json::object();
     for (const char* k : {"stride", "padding", "dilation", "padding_mode"})
       if (auto it = a.find(k); it != a.end()) attrs[k] = *it;

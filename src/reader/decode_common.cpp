@@ -41,6 +41,15 @@ SliceGeom slice_geometry(const Checkpoint::Impl& ck, const TensorInfo& t, const 
   return g;
 }
 
+uint64_t require_output(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<const std::byte> out,
+                        DType out_dtype, const SliceGeom& g) {
+  const uint64_t need = (g.out_elems() * dtype_bits(out_dtype) + 7) / 8;
+  if (out.size() < need)
+    fail(ck, t, ErrorKind::buffer_too_small,
+         "output holds " + std::to_string(out.size()) + " bytes, decode needs " + std::to_string(need));
+  return need;
+}
+
 void parallel_for(size_t n, unsigned threads, const std::function<void(size_t)>& body) {
   if (n == 0) return;
   if (threads <= 1 || n == 1) {

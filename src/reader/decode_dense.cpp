@@ -67,10 +67,7 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const TensorInfo& t, std::span
   const bool sliced = g.len != g.dim || g.outer != 1 || g.inner != 1;
   if (src_bits % 8 != 0 && sliced && !widen)
     fail(ck, t, ErrorKind::unsupported, "slicing a sub-byte " + std::string(dtype_name(src)) + " tensor (as stored)");
-  const uint64_t need = (g.out_elems() * dtype_bits(out_dtype) + 7) / 8;
-  if (out.size() < need)
-    fail(ck, t, ErrorKind::buffer_too_small,
-         "output holds " + std::to_string(out.size()) + " bytes, decode needs " + std::to_string(need));
+  const uint64_t need = require_output(ck, t, out, out_dtype, g);
   if (need == 0) return 0;
   ck.guard(p);
   if (widen) return decode_widened(ck, t, out, out_dtype, g);

@@ -33,12 +33,9 @@ uint64_t decode_low_rank(const Checkpoint::Impl& ck, const TensorInfo& t, std::s
   if (B.shape.empty() || B.shape[0] != O || R == 0 || A.numel() != R * K || B.numel() != O * R)
     fail(ck, t, ErrorKind::invalid_argument, "factor shapes do not multiply to the tensor's shape");
   if (std::max({O, R, K}) > static_cast<uint64_t>(INT32_MAX))
-    fail(ck, t, ErrorKind::unsupported, "a factor dimension exceeds the 2^31 - 1 a BLAS call takes");
-  const uint64_t osz = dtype_bits(out_dtype) / 8;
-  const uint64_t need = g.out_elems() * osz;
-  if (out.size() < need)
-    fail(ck, t, ErrorKind::buffer_too_small,
-         "output holds " + std::to_string(out.size()) + " bytes, decode needs " + std::to_string(need));
+    fail(ck, t, ErrorKind::unsupported, "a factor dimension exceeds 2^31 - 1");
+  const uint64_t osz = dtype_bits(out_dtype) / 8;  // F32 / F16 / BF16 (checked by the caller)
+  const uint64_t need = require_output(ck, t, out, out_dtype, g);
   if (need == 0) return 0;
 
   const bool row_slice = slice && slice->dim == 0;

@@ -80,6 +80,11 @@ struct SliceGeom {
 };
 SliceGeom slice_geometry(const Checkpoint::Impl& ck, const TensorInfo& t, const std::optional<Slice>& s);
 
+/// Bytes a decode of `g` writes as `out_dtype` (sub-byte dtypes round up); Error{buffer_too_small}
+/// naming the tensor when `out` holds fewer. The one output-size check of every decoder.
+uint64_t require_output(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<const std::byte> out,
+                        DType out_dtype, const SliceGeom& g);
+
 /// Runs body(i) for i in [0, n) on up to `threads` OpenMP threads; the first exception thrown
 /// by any body is rethrown on the caller's thread after the loop.
 void parallel_for(size_t n, unsigned threads, const std::function<void(size_t)>& body);

@@ -10,11 +10,8 @@ constexpr uint64_t kTaskBytes = 256u << 10;  // output bytes per parallel task
 uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                   const SliceGeom& g, const std::optional<Slice>& slice, const RowDecoder& dec) {
   const uint64_t C = t.shape.empty() ? 1 : t.shape.back();
-  const uint64_t osz = dtype_bits(out_dtype) / 8;
-  const uint64_t need = g.out_elems() * osz;
-  if (out.size() < need)
-    fail(ck, t, ErrorKind::buffer_too_small,
-         "output holds " + std::to_string(out.size()) + " bytes, decode needs " + std::to_string(need));
+  const uint64_t osz = dtype_bits(out_dtype) / 8;  // decoders write whole-byte dtypes
+  const uint64_t need = require_output(ck, t, out, out_dtype, g);
   if (need == 0) return 0;
   for (const auto& p : t.parts) {
     ck.guard(p);
