@@ -18,7 +18,6 @@ then load_state_dict(strict=True)) and its products are the optimal rank-R appro
 """
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -40,49 +39,18 @@ CT = os.environ.get("CTSTREAM", str(ROOT / "build" / "bin" / "ctstream"))
 U32 = 2.0 ** -24
 
 
-class Net(torch.nn.Module):
-    """A small CNN + MLP: 1x1 conv (falor decomposes it), 3x3 conv, Linear with and without bias."""
-
-    def __init__(self):
-        super().__init__()
-        self.stem = torch.nn.Conv2d(8, 24, 1)
-        self.conv = torch.nn.Conv2d(24, 32, 3, padding=1, stride=1)
-        self.fc1 = torch.nn.Linear(64, 96)
-        self.fc2 = torch.nn.Linear(96, 48, bias=False)
-        self.head = torch.nn.Linear(48, 10)
-
-    def forward(self, x):
-        y = torch.relu(self.conv(torch.relu(self.stem(x)))).mean(dim=(2, 3))  # [B, 32]
-        y = torch.cat([y, y], 1)
-        return self.head(torch.relu(self.fc2(torch.relu(self.fc1(y)))))
-
-
-def _data():
-    g = torch.Generator().manual_seed(1)
-    while True:
-        yield torch.randn(16, 8, 6, 6, generator=g)
+# The model, its data and its decomposition by ptdeco: the same as the committed fixtures'
+# (tests/fixtures/gen/gen_low_rank.py, which tests/unit/test_low_rank.cpp reads).
+sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "gen"))
+from gen_low_rank import Net, data as _data, decompose  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def decomposed():
     """(original model, decomposed model, decompose config), all by ptdeco."""
-    torch.manual_seed(0)
-    orig = Net().eval()
-    model = copy.deepcopy(orig)
-    cfg = ptdeco.falor.decompose_in_place(
-        module=model, device=torch.device("cpu"), data_iterator=_data(), proportion_threshold=1.0,
-        nsr_final_threshold=0.01, kl_final_threshold=1.0, num_data_steps=8, num_metric_steps=2,
-        use_float64=True, use_mean=False, use_damping=True)
+    orig, model, cfg = decompose()
     assert {"stem", "fc1", "fc2", "head"} <= set(cfg), cfg.keys()  # falor takes Linear + 1x1 conv
-    # A k x k conv: Conv2d(24, r, 3, padding=1) then a 1 x 1 Conv2d(r, 32), in ptdeco's format.
-    r = 5
-    seq = torch.nn.Sequential(torch.nn.Conv2d(24, r, 3, padding=1, bias=False), torch.nn.Conv2d(r, 32, 1))
-    cfg["conv"] = ptdeco.utils.get_module_config(seq)
-    ptdeco.utils.apply_decompose_config_in_place(model, {"conv": cfg["conv"]})
-    with torch.no_grad():
-        for p in model.conv.parameters():
-            p.copy_(torch.randn_like(p) * 0.2)
-    return orig, model.eval(), cfg
+    return orig, model, cfg
 
 
 def _save(model, cfg, d: Path, dtype=None) -> Path:
