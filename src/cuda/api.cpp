@@ -9,12 +9,8 @@
 
 #if CTSTREAM_HAVE_CUDA
 #include <cuda_runtime_api.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <map>
 #include <vector>
 
@@ -128,38 +124,18 @@ class Staging {
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
 
+  // Staged through the checkpoint's own descriptor (read_part: pread, both io modes), never by
+  // reopening the path (a file replaced since open would feed other bytes than those validated)
+  // nor by copying out of the mapping (a file shrunk by someone else meanwhile would SIGBUS).
   void upload(const TensorPart& p, uint8_t* dst) {
-    const bool mapped = ck_.options().io == IoMode::mmap;
-    std::span<const std::byte> view;
-    int fd = -1;
-    if (mapped) {
-      view = ck_.part_view(p);  // checks the part is still inside its file
-    } else {
-      fd = ::open(ck_.files()[p.file].c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) cu_.fail(ErrorKind::io, "open for device staging: " + std::string(std::strerror(errno)));
-    }
-    struct Closer {
-      int fd;
-      ~Closer() {
-        if (fd >= 0) ::close(fd);
-      }
-    } closer{fd};
     for (uint64_t off = 0; off < p.nbytes; off += slot_) {
       const uint64_t n = std::min(slot_, p.nbytes - off);
       cu_.check(cudaEventSynchronize(done_[next_]), "cudaEventSynchronize");
       auto* h = static_cast<std::byte*>(host_[next_]);
-      if (mapped) {
-        std::memcpy(h, view.data() + off, n);
-      } else {
-        uint64_t got = 0;
-        while (got < n) {
-          const ssize_t r = ::pread(fd, h + got, n - got, static_cast<off_t>(p.offset + off + got));
-          if (r < 0 && errno == EINTR) continue;
-          if (r < 0) cu_.fail(ErrorKind::io, "read for device staging: " + std::string(std::strerror(errno)));
-          if (r == 0) cu_.fail(ErrorKind::truncated, "file ends inside part '" + p.role + "' (shrank since open?)");
-          got += static_cast<uint64_t>(r);
-        }
-      }
+      TensorPart chunk = p;
+      chunk.offset += off;
+      chunk.nbytes = n;
+      (void)ck_.read_part(chunk, std::span<std::byte>(h, n));
       cu_.check(cudaMemcpyAsync(dst + off, h, n, cudaMemcpyHostToDevice, s_), "cudaMemcpyAsync");
       cu_.check(cudaEventRecord(done_[next_], s_), "cudaEventRecord");
       next_ ^= 1;
@@ -336,7 +312,7 @@ uint64_t decode_device(const Checkpoint& ck, const TensorInfo& t, const Cuda& cu
     }
     job.natural = t.dtype;
     job.exact_sub = t.quant.type == QuantType::int_;
-    if (const TensorPart* gi = t.part("weight_g_idx"); gi && t.format == Format::pack_quantized) {
+    if (const TensorPart* gi = t.part("weight_g_idx")) {  // pack- or naive-quantized (format table)
       // 0.12 act-order: a -1 anywhere means plain order (forward.py `_process_quantization`), as
       // the CPU decoder reads it; validate() checked every other entry is a group index.
       std::vector<int32_t> idx(gi->nbytes / 4);

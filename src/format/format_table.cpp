@@ -37,6 +37,9 @@ constexpr PartRule kNaive[] = {
     {R::weight_scale, true, kFloat, S::scale},
     {R::weight_zero_point, false, kZeroPoint, S::zero_point},
     {R::weight_global_scale, false, dtypes({D::F32}), S::scalar},
+    // 0.12 act-order: NaiveQuantizationCompressor lists it among its compression params and its
+    // decompress_weight hands it to dequantize (0.12.2 quantized_compressors/naive_quantized.py).
+    {R::weight_g_idx, false, dtypes({D::I32}), S::cols_vector},
 };
 constexpr PartRule kMxfp8[] = {
     {R::weight, true, dtypes({D::F8_E4M3}), S::logical},

@@ -295,7 +295,7 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
   if (sparse && t.quantized && main.dtype != DType::I8 && main.dtype != DType::F8_E4M3)
     fail(main, t.name,
          "sparse values of a quantized weight must be I8 or F8_E4M3, not " + std::string(dtype_name(main.dtype)));
-  if (fmt == Format::pack_quantized) t.quant.actorder = m.get(Role::weight_g_idx) != nullptr;
+  t.quant.actorder = t.quantized && !sparse && m.get(Role::weight_g_idx) != nullptr;
   switch (fmt) {
     case Format::sparse_bitmask:
     case Format::sparse_24_bitmask: t.dtype = t.quantized ? scale->dtype : main.dtype; break;

@@ -1,6 +1,7 @@
 // reader — decoders of the compressed-tensors formats, one row at a time. Layouts and
 // arithmetic: tests/fixtures/gen/DECODE_NOTES.md (each statement cites the library source);
 // the kernels themselves are in src/codecs.
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <cstring>
@@ -193,6 +194,21 @@ class ScaledDecoder : public RowDecoder {
                     zp ? zp + goff : nullptr, spec_, byte_memo(memo_), out);
     return true;
   }
+  // 0.12 act-order (`weight_g_idx`, pack- and naive-quantized): column j uses scale column
+  // g_idx[j]; a -1 anywhere means plain order (0.12 forward.py `_process_quantization`). Empty:
+  // plain order. Every other entry must index a scale column.
+  static std::vector<int32_t> act_order(const Checkpoint::Impl& ck, const TensorInfo& t, const format::Geometry& g) {
+    const TensorPart* gi = t.part("weight_g_idx");
+    if (!gi) return {};
+    assert(gi->nbytes == g.cols * 4);  // format table: cols_vector of I32
+    std::vector<int32_t> idx(g.cols);
+    ck.file_of(*gi).read_at(gi->offset, std::as_writable_bytes(std::span<int32_t>(idx)));
+    if (std::find(idx.begin(), idx.end(), -1) != idx.end()) return {};
+    for (int32_t v : idx)
+      if (v < 0 || static_cast<uint64_t>(v) >= g.scale.cols)
+        fail(ck, t, ErrorKind::corrupt_tensor, "weight_g_idx entry " + std::to_string(v) + " is not a group index");
+    return idx;
+  }
   // n f32 values of row r starting at a column whose scale entry is `goff`.
   void dequant(uint64_t r, const float* x, uint64_t n, uint64_t goff, const int32_t* gidx, std::byte* out) const {
     thread_local ReadWindow ss;
@@ -216,23 +232,8 @@ class PackedIntDecoder final : public ScaledDecoder {
       : ScaledDecoder(ck, t, out, g, "weight_packed"),
         bits_(t.quant.num_bits),
         dense_(!t.quant.legacy_packing),
-        row_bytes_(g.row_bytes) {
-    const uint64_t cols = g.cols;
-    if (const TensorPart* gi = t.part("weight_g_idx")) {
-      // 0.12 act-order: column j uses scale column g_idx[j]; a -1 anywhere means plain order
-      // (forward.py `_process_quantization`).
-      assert(gi->nbytes == cols * 4);
-      std::vector<int32_t> idx(cols);
-      ck.file_of(*gi).read_at(gi->offset, std::as_writable_bytes(std::span<int32_t>(idx)));
-      bool plain = false;
-      for (int32_t v : idx) plain |= v == -1;
-      const uint64_t groups = g.scale.cols;
-      for (int32_t v : idx)
-        if (!plain && (v < 0 || static_cast<uint64_t>(v) >= groups))
-          fail(ck, t, ErrorKind::corrupt_tensor, "weight_g_idx entry " + std::to_string(v) + " is not a group index");
-      if (!plain) gidx_ = std::move(idx);
-    }
-  }
+        row_bytes_(g.row_bytes),
+        gidx_(act_order(ck, t, g)) {}
   void row(uint64_t r, std::byte* out) const override {
     // int4: the nibble order of the int32 packing on a little-endian host is the fp4 one.
     if (fused() && nibbles(r, r * row_bytes_, 0, cols_, kInt4Lut.data(), out)) return;
@@ -252,18 +253,19 @@ class PackedIntDecoder final : public ScaledDecoder {
   unsigned bits_;
   bool dense_;
   uint64_t row_bytes_;
-  std::vector<int32_t> gidx_;
+  std::vector<int32_t> gidx_;  // act-order scale column of each column; empty: plain order
 };
 
 // naive / int / float / mxfp8: values stored unpacked (I8 two's complement or F8_E4M3).
 class NaiveDecoder final : public ScaledDecoder {
  public:
   NaiveDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
-      : ScaledDecoder(ck, t, out, g, "weight") {
+      : ScaledDecoder(ck, t, out, g, "weight"), gidx_(act_order(ck, t, g)) {
     assert(main_.dtype == DType::I8 || main_.dtype == DType::F8_E4M3);  // format table
   }
   void row(uint64_t r, std::byte* out) const override { window(r, 0, cols_, 0, out); }
   bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
+    if (!gidx_.empty()) return false;  // act-order: a column's scale is not found from its position
     const auto goff = scales_.window_offset(c0, cols_);
     if (!goff) return false;
     window(r, c0, c1, *goff, out);
@@ -281,11 +283,12 @@ class NaiveDecoder final : public ScaledDecoder {
     thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
     auto v = ck_.bytes(main_, r * cols_ + c0, c1 - c0, sw, /*windowed=*/true);
-    if (byte_codes(r, v.data(), main_.dtype, c1 - c0, goff, out)) return;
+    if (gidx_.empty() && byte_codes(r, v.data(), main_.dtype, c1 - c0, goff, out)) return;
     xf.resize(c1 - c0);
     values_to_f32(main_.dtype, v.data(), c1 - c0, xf.data());
-    dequant(r, xf.data(), c1 - c0, goff, nullptr, out);
+    dequant(r, xf.data(), c1 - c0, goff, gidx_.empty() ? nullptr : gidx_.data(), out);
   }
+  std::vector<int32_t> gidx_;  // act-order scale column of each column; empty: plain order
 };
 
 // nvfp4 / mxfp4: E2M1 nibbles, row-major, even column in the low nibble (nvfp4/helpers.py).

@@ -19,8 +19,9 @@ uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std
   }
   const unsigned threads = need >= 4 * kTaskBytes ? ck.threads() : 1;
 
-  if (slice && t.shape.size() >= 2 && slice->dim == t.shape.size() - 1) {
-    // Column slice: decode whole rows into scratch, keep [start, start + len).
+  if (slice && !t.shape.empty() && slice->dim == t.shape.size() - 1) {
+    // Slice of the last dim (the columns; the only dim of a 1-D tensor, which is one row): decode
+    // whole rows into scratch, keep [start, start + len).
     const uint64_t rows = g.outer;
     const uint64_t per = std::max<uint64_t>(1, kTaskBytes / (C * osz));
     parallel_for((rows + per - 1) / per, threads, [&](size_t task) {
@@ -36,6 +37,10 @@ uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std
     return need;
   }
   // Whole rows: runs of rows [first, first + n) for each outer index of a leading-dim slice.
+  // Only a slice of a leading dim gets here, whose `inner` holds whole rows; anything else would
+  // write fewer bytes than `need` and leave the rest of the caller's buffer as it was.
+  if (C != 0 && ((g.len * g.inner) % C != 0 || g.outer * (g.len * g.inner / C) * C * osz != need))
+    fail(ck, t, ErrorKind::internal, "row decode of a slice that does not cover whole rows");
   const uint64_t rows_per_outer = g.len * g.inner / C;
   const uint64_t per = std::max<uint64_t>(1, kTaskBytes / (C * osz));
   const uint64_t tasks_per_outer = (rows_per_outer + per - 1) / per;

@@ -3,6 +3,7 @@
 // returns, cast with torch's .to(D), for D in bf16 / fp16 / fp32 and the native dtype.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <fstream>
 
 #include "codecs/half.hpp"
 #include "ctstream/ctstream.hpp"
@@ -113,7 +114,7 @@ TEST_CASE("row and column slices of compressed weights equal slicing the full de
   for (const char* name : {"v020_pack_w4_g32_asym_bf16", "v012_sparse_bitmask_bf16", "v020_nvfp4a16_bf16",
                            "v020_fp8_block128_colsragged_bf16", "v020_pack_w3_g16_asym_bf16", "v012_sparse24_fp8_bf16",
                            "v020_fp8_channel_dynamic_bf16", "v020_pack_w4_channel_asym_bf16", "v020_mxfp4a16_bf16",
-                           "v020_pack_w8_g16_asym_bf16"}) {
+                           "v020_pack_w8_g16_asym_bf16", "v012_int_w8_g32_actorder_asym_bf16"}) {
     auto ck = Checkpoint::open(root / name);
     for (const auto& t : ck.tensors()) {
       if (t.format == Format::dense || t.shape.size() != 2) continue;
@@ -159,6 +160,9 @@ TEST_CASE("inspect metadata: formats and schemes of the fixtures", "[ct][fixture
   CHECK_FALSE(neu.at("model.layers.0.mlp.down_proj.weight").quant.legacy_packing);
   auto act = Checkpoint::open(root / "v012_pack_w4_g32_actorder_bf16");
   CHECK(act.at("model.layers.0.mlp.down_proj.weight").quant.actorder);
+  auto naive_act = Checkpoint::open(root / "v012_int_w8_g32_actorder_asym_bf16");  // weight_g_idx is a part
+  CHECK(naive_act.at("model.layers.0.mlp.down_proj.weight").quant.actorder);
+  CHECK(naive_act.find("model.layers.0.mlp.down_proj.weight_g_idx") == nullptr);
 }
 
 TEST_CASE("marlin-24 is recognised and passed through packed", "[ct][fixture]") {
@@ -182,4 +186,68 @@ TEST_CASE("marlin-24 is recognised and passed through packed", "[ct][fixture]") 
     CHECK(v.size() == t.part("weight_packed")->nbytes);
   }
   CHECK(marlin >= 1);
+}
+
+TEST_CASE("slices of every dim of 1-D, 2-D and 3-D quantized weights equal an independent dequantization",
+          "[ct][slice]") {
+  // naive int8, one tensor scale of 0.5, symmetric: element = code * 0.5 exactly, so the reference
+  // is computed here, not by the decoder. A 1-D weight is one row: a slice of its only dim is a
+  // column slice (this once returned success and wrote nothing).
+  th::TempDir tmp("slices");
+  const std::vector<Shape> shapes = {{37}, {5, 37}, {3, 4, 37}};
+  const std::vector<std::string> names = {"m0", "m1", "m2"};
+  std::vector<SafetensorsWriter::Entry> decl;
+  std::vector<std::vector<std::byte>> data;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const std::string& m = names[i];
+    uint64_t n = 1;
+    for (uint64_t d : shapes[i]) n *= d;
+    decl.push_back({m + ".weight", DType::I8, shapes[i]});
+    data.push_back(th::random_bytes(n, 17 + i));
+    decl.push_back({m + ".weight_scale", DType::F32, {1}});
+    const float half = 0.5f;
+    data.emplace_back(4);
+    std::memcpy(data.back().data(), &half, 4);
+  }
+  {
+    SafetensorsWriter w(tmp.path / "model.safetensors", decl);
+    for (const auto& d : data) w.write(d);
+    w.commit();
+  }
+  std::ofstream(tmp.path / "config.json")
+      << R"({"quantization_config": {"quant_method": "compressed-tensors", "format": "naive-quantized",
+            "config_groups": {"g": {"targets": ["re:.*"], "weights": {"num_bits": 8, "type": "int",
+            "strategy": "tensor", "symmetric": true}}}}})";
+  for (auto io : {IoMode::mmap, IoMode::pread}) {
+    OpenOptions o;
+    o.io = io;
+    auto ck = Checkpoint::open(tmp.path, o);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const TensorInfo& t = ck.at(names[i] + ".weight");
+      REQUIRE(t.quantized);
+      const Shape& s = shapes[i];
+      const auto& codes = data[2 * i];
+      for (unsigned dim = 0; dim < s.size(); ++dim) {
+        const uint64_t n = s[dim];
+        for (auto [a, b] : {std::pair<uint64_t, uint64_t>{0, n}, {0, 1}, {1, n / 2 + 1}, {n - 1, n}, {2, 2}}) {
+          if (a > b || b > n) continue;
+          INFO("shape rank " << s.size() << " dim " << dim << " [" << a << ", " << b << ")");
+          uint64_t outer = 1, inner = 1;
+          for (unsigned d = 0; d < dim; ++d) outer *= s[d];
+          for (size_t d = dim + 1; d < s.size(); ++d) inner *= s[d];
+          std::vector<float> want;
+          for (uint64_t o2 = 0; o2 < outer; ++o2)
+            for (uint64_t k = a; k < b; ++k)
+              for (uint64_t j = 0; j < inner; ++j)
+                want.push_back(0.5f * static_cast<float>(static_cast<int8_t>(codes[(o2 * n + k) * inner + j])));
+          std::vector<float> got(want.size() + 4, -999.f);  // poisoned: every written element is checked
+          const uint64_t bytes =
+              ck.decode_into(t, std::as_writable_bytes(std::span<float>(got)), DType::F32, Slice{dim, a, b});
+          REQUIRE(bytes == want.size() * 4);
+          got.resize(want.size());
+          CHECK(got == want);
+        }
+      }
+    }
+  }
 }
