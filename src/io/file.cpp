@@ -134,7 +134,10 @@ class MappedFile final : public File {
 
 std::unique_ptr<File> File::open(const std::filesystem::path& path, Mode mode) {
   const std::string p = path.string();
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO (or a device) swapped in for a file after the caller checked it would
+  // otherwise block this open() until some writer shows up; it is refused below instead. On a
+  // regular file the flag changes nothing.
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail_errno(p, "cannot open");
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
