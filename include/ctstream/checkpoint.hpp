@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -85,6 +86,15 @@ class Checkpoint {
   /// @return the number of bytes written.
   uint64_t decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                        const std::optional<Slice>& slice = std::nullopt) const;
+
+  /// Decodes `t` as `out_dtype` in pieces of whole leading-dim slices of about `max_bytes` each
+  /// (one slice when a single one is larger; the whole tensor at once for 0-d and sub-byte
+  /// outputs), calling `sink` with each piece in order: memory is one piece, whatever the size
+  /// the file claims (a low-rank product can be ~in/2 times its factors). For callers that
+  /// stream a tensor somewhere (verify, decompress) rather than keep it.
+  /// @return the number of bytes decoded.
+  uint64_t decode_chunked(const TensorInfo& t, DType out_dtype, uint64_t max_bytes,
+                          const std::function<void(std::span<const std::byte>)>& sink) const;
 
   /// Shape of `slice` of `t` (t.shape without one): `stop` clamps to the dimension size; a dim
   /// out of range or a start past the clamped stop is Error{invalid_argument} naming the file and

@@ -1,9 +1,11 @@
 // The public C++ API throws ctstream::Error and nothing else. Every entry point runs its body
 // through at_boundary(): an Error passes unchanged, an allocation failure becomes
-// Error{out_of_memory} and anything else (a bug) Error{internal}, named after the file and
-// tensor the call concerned.
+// Error{out_of_memory}, a std::filesystem error (a link loop, a name too long, a directory
+// that cannot be listed: the environment, not a bug) Error{io} naming its path, and anything
+// else (a bug) Error{internal}, named after the file and tensor the call concerned.
 #pragma once
 #include <exception>
+#include <filesystem>
 #include <new>
 #include <string>
 
@@ -19,6 +21,8 @@ auto at_boundary(const std::string& file, const std::string& tensor, F&& body) -
     throw;
   } catch (const std::bad_alloc&) {
     throw Error(ErrorKind::out_of_memory, file, tensor, "out of memory");
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw Error(ErrorKind::io, e.path1().empty() ? file : e.path1().string(), tensor, e.code().message());
   } catch (const std::exception& e) {
     throw Error(ErrorKind::internal, file, tensor, std::string("internal error (please report): ") + e.what());
   } catch (...) {

@@ -206,8 +206,6 @@ Scheme parse_scheme_json(const json& root, const std::string& file) {
   return s;
 }
 
-bool no_class(const std::string&) { return false; }
-
 }  // namespace
 
 Scheme parse_scheme(const std::string& text, const std::string& file) {
@@ -221,14 +219,16 @@ Scheme parse_scheme(const std::string& text, const std::string& file) {
 }
 
 const SchemeGroup* match_group(const Scheme& s, const std::string& module) {
-  if (s.ignore.matches(module, no_class)) return nullptr;
-  const auto hit = s.group_targets.best_match(module, any_class);
+  // The reader cannot know a module's class: a class-name target may be any module's, and an
+  // ignored class name none's (compressed-tensors would need the model to tell).
+  if (s.ignore.matches(module, TargetList::Classes{})) return nullptr;
+  const auto hit = s.group_targets.best_match(module, TargetList::Classes::all());
   return hit ? &s.groups[s.target_group[*hit]] : nullptr;
 }
 
 bool sparse_targets_module(const Scheme& s, const std::string& module) {
-  if (!s.sparse_format || s.sparse_ignore.matches(module, no_class)) return false;
-  return s.sparse_targets.matches(module, any_class);
+  if (!s.sparse_format || s.sparse_ignore.matches(module, TargetList::Classes{})) return false;
+  return s.sparse_targets.matches(module, TargetList::Classes::all());
 }
 
 }  // namespace ctstream::format

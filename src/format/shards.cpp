@@ -19,13 +19,46 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// What a name in (or beside) the checkpoint is: absent, a regular file (links followed), or
+// something that cannot be read as one - a directory, a FIFO, a dangling or looping link, a name
+// too long - which is an Error{io}: silently skipping a config.json or a shard would yield other
+// tensors than the checkpoint holds.
+enum class Kind { absent, file };
+Kind probe(const fs::path& p, std::string_view what) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  if (!ec && fs::is_regular_file(st)) return Kind::file;
+  std::error_code lec;
+  const fs::file_status link = fs::symlink_status(p, lec);
+  if (lec == std::errc::no_such_file_or_directory || (!lec && !fs::exists(link))) return Kind::absent;
+  throw Error(ErrorKind::io, p.string(), "",
+              std::string(what) + " exists but is not a readable regular file (" +
+                  (ec                                        ? ec.message()
+                   : fs::is_directory(st)                    ? "a directory"
+                   : fs::is_symlink(link) && !fs::exists(st) ? "a dangling link"
+                                                             : "a special file") +
+                  ")");
+}
+fs::path optional_file(const fs::path& p, std::string_view what) {
+  return probe(p, what) == Kind::file ? p : fs::path{};
+}
+// The entries of `dir` whose names end with `suffix`; each must be a regular file.
+std::vector<fs::path> files_ending(const fs::path& dir, const std::string& suffix) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (const std::string name = it->path().filename().string();
+        name.size() > suffix.size() && ends_with(name, suffix) && probe(it->path(), "a checkpoint file") == Kind::file)
+      out.push_back(it->path());
+  if (ec) throw Error(ErrorKind::io, dir.string(), "", "cannot list the directory: " + ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 fs::path find_index(const fs::path& dir) {
-  fs::path preferred = dir / "model.safetensors.index.json";
-  if (fs::is_regular_file(preferred)) return preferred;
-  std::vector<fs::path> found;
-  for (const auto& de : fs::directory_iterator(dir))
-    if (de.is_regular_file() && ends_with(de.path().filename().string(), ".safetensors.index.json"))
-      found.push_back(de.path());
+  fs::path preferred = optional_file(dir / "model.safetensors.index.json", "the index");
+  if (!preferred.empty()) return preferred;
+  const std::vector<fs::path> found = files_ending(dir, ".safetensors.index.json");
   if (found.size() > 1)
     throw Error(ErrorKind::invalid_header, dir.string(), "",
                 "directory holds several *.safetensors.index.json files; open one shard set's file directly");
@@ -52,7 +85,7 @@ void read_index(ShardSet& lay, const fs::path& dir, uint64_t max_json) {
     if (!is_contained_name(shard))
       throw Error(ErrorKind::invalid_shard, file, "", "shard name '" + shard + "' escapes the checkpoint directory");
     fs::path p = dir / shard;
-    if (!fs::is_regular_file(p))
+    if (probe(p, "a shard named by the index") != Kind::file)
       throw Error(ErrorKind::missing_shard, file, "", "shard '" + shard + "' named by the index does not exist");
     shard_ids.emplace(shard, static_cast<uint32_t>(lay.files.size()));
     lay.files.push_back(p);
@@ -82,22 +115,19 @@ ShardSet discover_shards(const fs::path& path, uint64_t max_json) {
     lay.files.push_back(path);
     // A single shard of a saved model: its config.json beside it carries the scheme.
     fs::path cfg = path.parent_path().empty() ? fs::path("config.json") : path.parent_path() / "config.json";
-    if (fs::is_regular_file(cfg)) lay.config_path = cfg;
-    const fs::path dec = cfg.parent_path() / kDecomposeConfigName;
-    if (fs::is_regular_file(dec)) lay.decompose_path = dec;
+    lay.config_path = optional_file(cfg, "config.json");
+    lay.decompose_path = optional_file(cfg.parent_path() / kDecomposeConfigName, kDecomposeConfigName);
     return lay;
   }
   if (!fs::is_directory(st)) throw Error(ErrorKind::io, path.string(), "", "neither a file nor a directory");
-  if (fs::is_regular_file(path / "config.json")) lay.config_path = path / "config.json";
-  if (fs::is_regular_file(path / kDecomposeConfigName)) lay.decompose_path = path / kDecomposeConfigName;
+  lay.config_path = optional_file(path / "config.json", "config.json");
+  lay.decompose_path = optional_file(path / kDecomposeConfigName, kDecomposeConfigName);
   lay.index_path = find_index(path);
   if (!lay.index_path.empty()) {
     read_index(lay, path, max_json);
     return lay;
   }
-  for (const auto& de : fs::directory_iterator(path))
-    if (de.is_regular_file() && de.path().extension() == ".safetensors") lay.files.push_back(de.path());
-  std::sort(lay.files.begin(), lay.files.end());
+  lay.files = files_ending(path, ".safetensors");
   if (lay.files.empty())
     throw Error(ErrorKind::not_found, path.string(), "", "directory holds no *.safetensors file and no index");
   return lay;

@@ -10,9 +10,17 @@
 // pattern (Python's backtracking `re`, like std::regex, takes exponential time on `(a+)+$`, and
 // std::regex also recurses once per character). RE2 has no backreferences or lookaround: such a
 // pattern is refused when the list is parsed, never matched differently. All patterns of a list
-// are matched in one pass (RE2::Set). Caps: kMaxPatternBytes per pattern, kMaxPatterns per list.
+// are matched in one pass (RE2::Set); identical patterns are compiled once.
+// Bounds (a config.json is untrusted): kMaxPatternBytes per pattern, kMaxPatterns per list,
+// kMaxProgramSize RE2 instructions for a whole list (compilation stops at the budget), and
+// kMaxMatchWork for all the matching one list does: a name costs at most its length x the
+// program size (an RE2 DFA that keeps thrashing its cache computes a state per byte), so a list
+// refuses to match more names once their bytes x its instructions would pass the budget (a few
+// seconds of the worst thrashing, ~8 ns per unit here; a real list, a few hundred instructions,
+// matches megabytes of names: ~300 x 2.6 MB for a 47k-module MoE model is 0.8e9).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -27,6 +35,8 @@ namespace ctstream::format {
 
 inline constexpr size_t kMaxPatternBytes = 4096;
 inline constexpr size_t kMaxPatterns = 4096;
+inline constexpr size_t kMaxProgramSize = size_t{1} << 15;
+inline constexpr uint64_t kMaxMatchWork = uint64_t{1} << 30;
 
 struct Target {
   enum class Kind { name, regex, class_name } kind = Kind::name;
@@ -35,8 +45,16 @@ struct Target {
 
 class TargetList {
  public:
-  /// True for the class names a module counts as (the reader cannot know: it says every one).
+  /// True for the class names a module counts as (the writer, which knows the model).
   using IsClass = std::function<bool(const std::string& class_name)>;
+  /// Which class names a module counts as: none, every one (the reader, which cannot know), or
+  /// those `pred` accepts.
+  struct Classes {
+    enum class Kind : uint8_t { none, any, some } kind = Kind::none;
+    IsClass pred;
+    static Classes all() { return {Kind::any, {}}; }
+    static Classes of(IsClass p) { return {Kind::some, std::move(p)}; }
+  };
 
   TargetList();
   /// Parses a list; a bad entry throws Error{kind, file} naming `what` ("ignore", ...).
@@ -49,20 +67,20 @@ class TargetList {
   /// The entry that decides for `module`, in the library's precedence: exact names, then
   /// patterns in alphabetical order, then class names in alphabetical order (among equal entries
   /// the later one, as the library's target -> scheme dict keeps the last). nullopt: none matches.
-  std::optional<size_t> best_match(std::string_view module, const IsClass& is_class) const;
-  bool matches(std::string_view module, const IsClass& is_class) const {
-    return best_match(module, is_class).has_value();
+  /// Error{kind of parse()} once the list's matching work would pass kMaxMatchWork.
+  std::optional<size_t> best_match(std::string_view module, const Classes& classes) const;
+  bool matches(std::string_view module, const Classes& classes) const {
+    return best_match(module, classes).has_value();
   }
 
  private:
   struct Compiled;
   std::vector<Target> targets_;
   std::unordered_map<std::string, size_t> names_;  // exact name -> last entry index
-  std::vector<size_t> classes_;                    // entry indices of class names
+  std::vector<size_t> classes_;                    // entry indices of class names, in precedence order
   std::shared_ptr<const Compiled> patterns_;       // RE2::Set over every pattern (null: none)
+  ErrorKind kind_ = ErrorKind::invalid_config;     // for errors while matching
+  std::string file_, what_;
 };
-
-/// Class-name predicate of the reader: any class name may be the module's.
-inline bool any_class(const std::string&) { return true; }
 
 }  // namespace ctstream::format

@@ -102,6 +102,21 @@ void check_size(const Checkpoint::Impl& ck, const TensorInfo& t) {
                     std::to_string(t.stored_bytes()) + " bytes");
 }
 
+// A product of two factors holds up to ~min(in, out) / 2 times their elements (rank 1): a few
+// KiB of factors could claim TiBs (decoded, and computed, by whoever asks for the tensor). Real
+// decompositions keep a rank of at least a few percent of the smaller dim; a product more than
+// kMaxLowRankGain times its factors is refused as the decompression bomb it would be.
+constexpr uint64_t kMaxLowRankGain = 4096;
+void check_low_rank_size(const Checkpoint::Impl& ck, const TensorInfo& t, const std::string& dec_file) {
+  uint64_t factors = 0;
+  for (const TensorInfo& f : t.factors) factors += f.numel();
+  if (t.numel() > kMaxLowRankGain * factors + (uint64_t{1} << 16))
+    throw Error(ErrorKind::corrupt_tensor, ck.paths.at(t.parts.front().file).string(), t.name,
+                "low-rank product of " + std::to_string(t.numel()) + " elements from factors of " +
+                    std::to_string(factors) + " (over " + std::to_string(kMaxLowRankGain) +
+                    " times; rank too small for " + dec_file + "'s shapes to be a real decomposition)");
+}
+
 }  // namespace
 
 Checkpoint Checkpoint::open(const fs::path& path, const OpenOptions& options) {
@@ -131,6 +146,8 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
     const std::string dec_file = lay.decompose_path.string();
     const std::string text = io::read_small_file(lay.decompose_path, options.max_json_bytes);
     format::merge_low_rank(ck->tensors, format::parse_decompose_config(text, dec_file), dec_file);
+    for (const auto& t : ck->tensors)
+      if (t.format == Format::low_rank) check_low_rank_size(*ck, t, dec_file);
   }
   if (options.order == Order::name)
     std::stable_sort(ck->tensors.begin(), ck->tensors.end(),
@@ -185,6 +202,29 @@ uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, 
                                  const std::optional<Slice>& slice) const {
   return detail::at_boundary(reader::file_name(*impl_, t), t.name,
                              [&]() -> uint64_t { return reader::decode(*impl_, t, out, out_dtype, slice); });
+}
+
+uint64_t Checkpoint::decode_chunked(const TensorInfo& t, DType out_dtype, uint64_t max_bytes,
+                                    const std::function<void(std::span<const std::byte>)>& sink) const {
+  validate(t);  // a damaged tensor is refused before a byte of it is allocated
+  const uint64_t whole = output_bytes(t, out_dtype);
+  std::vector<std::byte> buf;
+  if (t.shape.empty() || t.shape[0] <= 1 || whole <= max_bytes || dtype_bits(out_dtype) % 8 != 0) {
+    buf.resize(whole);
+    const uint64_t n = decode_into(t, buf, out_dtype);
+    sink({buf.data(), n});
+    return n;
+  }
+  const uint64_t rows = t.shape[0], row_bytes = whole / rows;  // whole-byte dtype: exact
+  const uint64_t per = std::max<uint64_t>(1, max_bytes / std::max<uint64_t>(1, row_bytes));
+  buf.resize(std::min(rows, per) * row_bytes);
+  uint64_t total = 0;
+  for (uint64_t r = 0; r < rows; r += per) {
+    const uint64_t n = decode_into(t, buf, out_dtype, Slice{0, r, std::min(rows, r + per)});
+    sink({buf.data(), n});
+    total += n;
+  }
+  return total;
 }
 
 std::vector<uint64_t> Checkpoint::output_shape(const TensorInfo& t, const std::optional<Slice>& slice) const {

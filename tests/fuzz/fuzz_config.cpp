@@ -36,7 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const TargetList l = TargetList::parse(entries, ctstream::ErrorKind::invalid_config, "config.json", "targets");
     for (const auto& n : names)
-      if (auto i = l.best_match(n, any_class); i && *i >= l.targets().size()) __builtin_trap();
+      for (const auto& cls : {TargetList::Classes{}, TargetList::Classes::all()})
+        if (auto i = l.best_match(n, cls); i && *i >= l.targets().size()) __builtin_trap();
   } catch (const ctstream::Error&) {
   }
   return 0;

@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -161,5 +163,77 @@ TEST_CASE("several threads advancing one Stream each get distinct items", "[host
     for (auto& t : ts) t.join();
     CHECK(seen.size() == ck.tensors().size());
     CHECK(std::set<std::string>(seen.begin(), seen.end()).size() == ck.tensors().size());
+  }
+}
+
+TEST_CASE("names that exist but are no readable regular file are io errors naming them, never internal",
+          "[hostile][fs]") {
+  th::TempDir tmp("fsnames");
+  const fs::path good = th::fixtures() / "ct" / "v020_pack_w4_g32_sym_bf16";
+  const auto base = [&](const std::string& name, bool with_config) {
+    const fs::path d = tmp.path / name;
+    fs::create_directories(d);
+    fs::copy_file(good / "model.safetensors", d / "model.safetensors");
+    if (with_config) fs::copy_file(good / "config.json", d / "config.json");
+    return d;
+  };
+  struct Case {
+    std::string name;
+    std::function<fs::path(const fs::path&)> plant;  // returns the path the error must name
+  };
+  const std::vector<Case> cases = {
+      {"config_dangling",
+       [](const fs::path& d) {
+         fs::create_symlink("nowhere.json", d / "config.json");
+         return d / "config.json";
+       }},
+      {"config_loop",
+       [](const fs::path& d) {
+         fs::create_symlink("config.json", d / "config.json");
+         return d / "config.json";
+       }},
+      {"config_dir",
+       [](const fs::path& d) {
+         fs::create_directory(d / "config.json");
+         return d / "config.json";
+       }},
+      {"decompose_loop",
+       [](const fs::path& d) {
+         fs::create_symlink("decompose_config.json", d / "decompose_config.json");
+         return d / "decompose_config.json";
+       }},
+      {"shard_loop",
+       [](const fs::path& d) {
+         fs::create_symlink("x.safetensors", d / "x.safetensors");
+         return d / "x.safetensors";
+       }},
+      {"index_loop",
+       [](const fs::path& d) {
+         fs::create_symlink("model.safetensors.index.json", d / "model.safetensors.index.json");
+         return d / "model.safetensors.index.json";
+       }},
+      {"index_long_shard_name",
+       [](const fs::path& d) {
+         std::ofstream(d / "model.safetensors.index.json")
+             << R"({"weight_map": {"a": ")" << std::string(300, 'a') << R"(.safetensors"}})";
+         return d / (std::string(300, 'a') + ".safetensors");
+       }},
+  };
+  for (const auto& c : cases) {
+    const fs::path d = base(c.name, c.name.rfind("config", 0) != 0);
+    const fs::path named = c.plant(d);
+    for (IoMode io : {IoMode::mmap, IoMode::pread}) {
+      INFO(c.name);
+      OpenOptions o;
+      o.io = io;
+      try {
+        (void)Checkpoint::open(d, o);
+        FAIL("opened " << d);
+      } catch (const Error& e) {
+        INFO(e.what());
+        CHECK((e.kind() == ErrorKind::io || e.kind() == ErrorKind::missing_shard));
+        CHECK(e.file() == named.string());
+      }
+    }
   }
 }

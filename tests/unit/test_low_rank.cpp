@@ -167,3 +167,32 @@ TEST_CASE("decompose_config.json round trip through the one description", "[low_
     CHECK(again[i].conv_attrs == mods[i].conv_attrs);
   }
 }
+
+TEST_CASE("a low-rank product far larger than its factors is refused at open (decompression bomb)", "[low_rank]") {
+  // Rank-1 factors of a 16384 x 16384 Linear: 64 KiB of factors would claim 2^28 elements (and
+  // 2^28 multiply-adds) for whoever asks for the weight. Rank 8 of 1024 x 1024 (gain 64) is fine.
+  th::TempDir tmp("lrbomb");
+  for (auto [n, r, ok] : {std::tuple<uint64_t, uint64_t, bool>{16384, 1, false}, {1024, 8, true}}) {
+    const fs::path d = tmp.path / std::to_string(n);
+    fs::create_directories(d);
+    {
+      SafetensorsWriter w(d / "model.safetensors",
+                          {{"m.0.weight", DType::F32, {r, n}}, {"m.1.weight", DType::F32, {n, r}}});
+      w.write(std::vector<std::byte>(2 * n * r * 4, std::byte{0}));
+      w.commit();
+    }
+    std::ofstream(d / "decompose_config.json")
+        << R"({"m": {"type": "Sequential", "modules": {"0": {"type": "Linear", "in_features": )" << n
+        << R"(, "out_features": )" << r << R"(, "bias": false}, "1": {"type": "Linear", "in_features": )" << r
+        << R"(, "out_features": )" << n << R"(, "bias": false}}}})";
+    INFO(n << " x " << n << " rank " << r);
+    if (ok) {
+      CHECK(Checkpoint::open(d).at("m.weight").numel() == n * n);
+    } else {
+      CHECK(th::error_kind([&] { (void)Checkpoint::open(d); }) == ErrorKind::corrupt_tensor);
+      OpenOptions stored;  // the factors as stored stay readable
+      stored.low_rank = LowRank::stored;
+      CHECK(Checkpoint::open(d, stored).tensors().size() == 2);
+    }
+  }
+}

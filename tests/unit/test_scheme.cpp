@@ -4,6 +4,7 @@
 
 #include "ctstream/ctstream.hpp"
 #include "format/scheme.hpp"
+#include "format/targets.hpp"
 #include "helpers.hpp"
 
 using namespace ctstream;
@@ -50,6 +51,32 @@ TEST_CASE("re: targets use re.match semantics (anchored at the start only)", "[s
   const Scheme s = parse(R"({"config_groups": {"g": {"targets": ["re:layers\\.0"], "weights": {"num_bits": 4}}}})");
   CHECK(match_group(s, "layers.0.q") != nullptr);        // prefix match, no $ needed
   CHECK(match_group(s, "model.layers.0.q") == nullptr);  // not a search
+}
+
+TEST_CASE("target lists: equal entries, class precedence and the bounds on pattern work", "[scheme]") {
+  const auto parse_list = [](const std::vector<std::string>& e) {
+    return TargetList::parse(e, ErrorKind::invalid_config, "config.json", "targets");
+  };
+  // Equal patterns are compiled once; the later entry decides (the library's dict keeps the last).
+  const TargetList dup = parse_list({"re:a.*", "Linear", "re:a.*", "re:ab"});
+  CHECK(dup.best_match("abc", TargetList::Classes{}) == 2u);
+  // Class names: none counts (nullopt), every one counts (alphabetical first; equal: the later),
+  // or what the predicate accepts, in that same order.
+  const TargetList cls = parse_list({"Linear", "Embedding", "Linear", "Conv2d"});
+  CHECK_FALSE(cls.best_match("m", TargetList::Classes{}).has_value());
+  CHECK(cls.best_match("m", TargetList::Classes::all()) == 3u);  // "Conv2d" < "Embedding" < "Linear"
+  CHECK(cls.best_match("m", TargetList::Classes::of([](const std::string& c) { return c == "Linear"; })) == 2u);
+  // A pattern list that compiles past the program budget is refused at parse, cheaply.
+  std::vector<std::string> big;
+  for (int i = 0; i < 60; ++i) big.push_back("re:\\pL{1000}" + std::to_string(i));
+  CHECK(th::error_kind([&] { (void)parse_list(big); }) == ErrorKind::invalid_config);
+  // Matching work (name bytes x program size) is bounded per list: past it, an Error.
+  std::vector<std::string> thrash;
+  for (int i = 0; i < 200; ++i) thrash.push_back("re:(?:a|b)*a(?:a|b){20}c" + std::to_string(i));
+  const TargetList t = parse_list(thrash);
+  const std::string name(200000, 'a');
+  CHECK(th::error_kind([&] { (void)t.best_match(name, TargetList::Classes{}); }) == ErrorKind::invalid_config);
+  CHECK(parse_list({"re:(x*)*y", "re:x"}).best_match(std::string(200000, 'x'), TargetList::Classes{}) == 1u);
 }
 
 TEST_CASE("format names normalise like the library registry", "[scheme]") {

@@ -11,7 +11,6 @@ int cmd_verify(int argc, char** argv) {
   Args a = parse(argc, argv, 2, {"--pread", "--quiet", "--stored-factors"}, {"--threads"});
   if (a.pos.size() != 1) throw std::invalid_argument("verify needs exactly one PATH");
   auto ckpt = ctstream::Checkpoint::open(a.pos[0], open_options(a));
-  std::vector<std::byte> buf;
   size_t problems = 0, nonfinite_tensors = 0;
   uint64_t bytes = 0;
   for (const auto& t : ckpt.tensors()) {
@@ -19,13 +18,15 @@ int cmd_verify(int argc, char** argv) {
       // Floats are checked through an F32 decode (finite-ness); other dtypes decode as stored.
       const bool is_float = ctstream::is_float_output(t.dtype) || t.format != ctstream::Format::dense;
       const ctstream::DType out = is_float ? ctstream::DType::F32 : t.dtype;
-      ckpt.validate(t);  // a damaged tensor is reported before its decoded size is allocated
-      buf.resize(t.decoded_bytes(out));
-      bytes += ckpt.decode_into(t, buf, out);
+      // In pieces of ~64 MiB (a damaged tensor is reported before any is allocated): memory stays
+      // flat whatever size a tensor claims.
+      uint64_t bad = 0;
+      bytes += ckpt.decode_chunked(t, out, uint64_t{64} << 20, [&](std::span<const std::byte> b) {
+        if (!is_float) return;
+        const float* f = reinterpret_cast<const float*>(b.data());
+        for (size_t i = 0; i < b.size() / 4; ++i) bad += !std::isfinite(f[i]);
+      });
       if (is_float) {
-        const float* f = reinterpret_cast<const float*>(buf.data());
-        uint64_t bad = 0;
-        for (uint64_t i = 0; i < t.numel(); ++i) bad += !std::isfinite(f[i]);
         if (bad) {
           ++nonfinite_tensors;
           std::printf("note: %s: %llu non-finite values (NaN/Inf)\n", t.name.c_str(),
