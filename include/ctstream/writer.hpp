@@ -258,6 +258,10 @@ std::string writer_format_names();
 
 /// The report as JSON text (what `ctstream compress --report FILE.json` writes).
 std::string report_json(const CompressReport& report, const CompressOptions& options);
+/// Writes report_json() to `path` the way every output is written: an exclusively created
+/// temporary file beside it, renamed into place (a link at `path` is replaced, never followed).
+/// Throws Error{io} naming the file.
+void write_report_json(const std::filesystem::path& path, const CompressReport& report, const CompressOptions& options);
 
 /// The per-tensor quantization scheme `options` resolve to, e.g. "int4 group128 sym"; throws
 /// Error{invalid_argument} for an inconsistent combination.

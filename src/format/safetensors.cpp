@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 
@@ -347,7 +349,12 @@ std::string serialize_header(const std::vector<StEntry>& entries, const std::map
   // ordered_json keeps insertion order so the header lists tensors in file order.
   nlohmann::ordered_json root = nlohmann::ordered_json::object();
   if (!metadata.empty()) root["__metadata__"] = metadata;
+  std::set<std::string_view> names;
   for (const auto& e : entries) {
+    // A JSON object keeps one value per key: a second entry would silently replace the first and
+    // leave a header whose offsets no longer cover the data.
+    if (!names.insert(e.name).second)
+      throw Error(ErrorKind::invalid_argument, "", e.name, "tensor name appears twice in one safetensors header");
     nlohmann::ordered_json v;
     v["dtype"] = std::string(dtype_name(e.dtype));
     v["shape"] = e.shape;

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "core/boundary.hpp"
 #include "core/checked.hpp"
@@ -18,7 +19,11 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path out, std::vector<Entr
     std::vector<format::StEntry> st;
     st.reserve(entries.size());
     uint64_t off = 0;
+    std::set<std::string> names;
     for (auto& e : entries) {
+      if (!names.insert(e.name).second)
+        throw Error(ErrorKind::invalid_argument, out_.string(), e.name,
+                    "tensor name appears twice (a safetensors header holds one tensor per name)");
       auto numel = detail::checked_numel(e.shape);
       auto bits = numel ? detail::checked_mul(*numel, dtype_bits(e.dtype)) : std::nullopt;
       if (!bits || *bits % 8 || !detail::checked_add(off, *bits / 8))

@@ -1,8 +1,10 @@
 #include "io/output.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
@@ -21,7 +23,9 @@ namespace {
 }
 
 // Fixed storage the signal handler can walk without allocating: a slot is claimed (state 1),
-// filled, published (state 2); the handler unlinks published slots.
+// filled, published (kFile or kDir); the handler unlinks published files, then empties and
+// removes published directories.
+constexpr int kFile = 2, kDir = 3;
 constexpr int kSlots = 64;
 constexpr size_t kPathMax = 4096;
 struct Slot {
@@ -43,19 +47,64 @@ std::string random_token() {
   return buf;
 }
 
-int register_temp(const std::filesystem::path& p) noexcept {
+namespace {
+
+int publish(const std::filesystem::path& p, int kind) noexcept {
   const std::string& s = p.native();
   if (s.size() + 1 > kPathMax) return -1;
   for (int i = 0; i < kSlots; ++i) {
     int expect = 0;
     if (g_slots[i].state.compare_exchange_strong(expect, 1)) {
       std::memcpy(g_slots[i].path, s.c_str(), s.size() + 1);
-      g_slots[i].state.store(2);
+      g_slots[i].state.store(kind);
       return i;
     }
   }
   return -1;
 }
+
+/// Removes everything in the open directory `dirfd` (subdirectories `depth` levels down) with
+/// system calls only (getdents64, unlinkat): no allocation, async-signal-safe. Entries are read
+/// again from the start until a pass removes nothing, as removing while reading may skip some.
+void empty_dir(int dirfd, int depth) noexcept {
+  alignas(8) char buf[2048];
+  for (int pass = 0; pass < 16; ++pass) {
+    if (::lseek(dirfd, 0, SEEK_SET) != 0) return;
+    bool removed = false;
+    for (;;) {
+      const long n = ::syscall(SYS_getdents64, dirfd, buf, sizeof buf);
+      if (n <= 0) break;
+      for (long off = 0; off < n;) {
+        // struct linux_dirent64: u64 ino, s64 off, u16 reclen, u8 type, char name[]
+        unsigned short reclen = 0;
+        std::memcpy(&reclen, buf + off + 16, sizeof reclen);
+        const unsigned char type = static_cast<unsigned char>(buf[off + 18]);
+        const char* name = buf + off + 19;
+        off += reclen;
+        if (reclen == 0) return;
+        if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
+        if (type != DT_DIR && ::unlinkat(dirfd, name, 0) == 0) {
+          removed = true;
+          continue;
+        }
+        if (depth > 0) {
+          const int fd = ::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+          if (fd >= 0) {
+            empty_dir(fd, depth - 1);
+            ::close(fd);
+          }
+        }
+        removed = ::unlinkat(dirfd, name, AT_REMOVEDIR) == 0 || removed;
+      }
+    }
+    if (!removed) return;
+  }
+}
+
+}  // namespace
+
+int register_temp(const std::filesystem::path& p) noexcept { return publish(p, kFile); }
+int register_temp_dir(const std::filesystem::path& p) noexcept { return publish(p, kDir); }
 
 void unregister_temp(int slot) noexcept {
   if (slot >= 0 && slot < kSlots) g_slots[slot].state.store(0);
@@ -63,7 +112,15 @@ void unregister_temp(int slot) noexcept {
 
 void remove_registered_temps() noexcept {
   for (auto& s : g_slots)
-    if (s.state.load() == 2) ::unlink(s.path);
+    if (s.state.load() == kFile) ::unlink(s.path);
+  for (auto& s : g_slots) {
+    if (s.state.load() != kDir) continue;
+    const int fd = ::open(s.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    empty_dir(fd, 8);
+    ::close(fd);
+    ::rmdir(s.path);
+  }
 }
 
 TempFile::TempFile(const std::filesystem::path& dir, const std::string& stem) {

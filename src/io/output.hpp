@@ -4,8 +4,9 @@
 // instead of being followed and clobbered. Finished outputs are renamed into place (rename
 // replaces a link at the final name, never its target).
 //
-// Temporary files also go into a process-wide registry so that a signal handler can remove them
-// (remove_registered_temps() is async-signal-safe); writers remove them themselves on error.
+// Temporary files and directories also go into a process-wide registry so that a signal handler
+// can remove them (remove_registered_temps() is async-signal-safe); writers remove them
+// themselves on error.
 #pragma once
 #include <cstdio>
 #include <filesystem>
@@ -41,11 +42,16 @@ class TempFile {
 /// anything exists there). Throws Error{io}.
 std::filesystem::path make_temp_dir(const std::filesystem::path& parent, const std::string& stem, const char* kind);
 
-/// Registers a temporary path for remove_registered_temps(); returns its slot (-1 when the
+/// Registers a temporary file for remove_registered_temps(); returns its slot (-1 when the
 /// registry is full: the path is then only removed by its owner).
 int register_temp(const std::filesystem::path& p) noexcept;
+/// Registers a temporary directory the caller created (make_temp_dir) and alone writes into:
+/// remove_registered_temps() removes everything in it (finished files too), then the directory.
+/// Unregister it once it has been renamed into place or removed.
+int register_temp_dir(const std::filesystem::path& p) noexcept;
 void unregister_temp(int slot) noexcept;
-/// unlink()s every registered temporary file. Async-signal-safe.
+/// unlink()s every registered temporary file, then empties and rmdir()s every registered
+/// temporary directory. Async-signal-safe.
 void remove_registered_temps() noexcept;
 
 }  // namespace ctstream::io

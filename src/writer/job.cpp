@@ -4,6 +4,8 @@
 // place. Layouts and config follow compressed-tensors 0.20.0 for the quantized formats and
 // 0.12.2 for the sparse ones (see format/format_table.hpp and format/config_writer.hpp).
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -63,17 +65,52 @@ void write_text(const fs::path& p, const std::string& text) {
   f.commit_to(p);
 }
 
-/// Removes the temporary output directory unless released.
+/// Removes the temporary output directory unless released. While set, the directory is in the
+/// signal-safe registry too (io::register_temp_dir), so a process killed by a second Ctrl-C
+/// leaves neither it nor the finished shards in it behind.
 struct TempDirGuard {
   fs::path path;
+  int slot = -1;
   bool keep = false;
+  void set(const fs::path& p) {
+    path = p;
+    slot = io::register_temp_dir(p);
+  }
+  /// The directory has been renamed into place: no longer ours to remove.
+  void release() {
+    keep = true;
+    io::unregister_temp(slot);
+    slot = -1;
+  }
   ~TempDirGuard() {
     if (!keep && !path.empty()) {
       std::error_code ec;
       fs::remove_all(path, ec);
     }
+    io::unregister_temp(slot);
   }
 };
+
+/// Whether `rel` (relative to the input directory) names something inside it: not empty, not
+/// absolute, no `..` component.
+bool contained(const fs::path& rel) {
+  if (rel.empty() || rel.is_absolute() || rel.has_root_name() || rel.has_root_directory()) return false;
+  for (const auto& part : rel)
+    if (part == "..") return false;
+  return true;
+}
+
+/// Whether `p` lies on a kernel pseudo-filesystem (/proc, /sys, ...): its "regular" files are
+/// generated on read (a link into /proc/self would copy the process's environment).
+bool on_pseudo_fs(const fs::path& p) {
+  struct statfs sf {};
+  if (::statfs(p.c_str(), &sf) != 0) return true;
+  constexpr long kProc = 0x9fa0, kSysfs = 0x62656572, kDebugfs = 0x64626720, kSecurityfs = 0x73636673,
+                 kTracefs = 0x74726163, kCgroup = 0x27e0eb, kCgroup2 = 0x63677270;
+  for (long m : {kProc, kSysfs, kDebugfs, kSecurityfs, kTracefs, kCgroup, kCgroup2})
+    if (static_cast<long>(sf.f_type) == m) return true;
+  return false;
+}
 
 class Job {
  public:
@@ -96,6 +133,7 @@ class Job {
   void write_item(Item& it, SafetensorsWriter& w);
   void write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr);
   void copy_others();
+  void copy_file_into(const fs::path& src, const struct stat& expect, const fs::path& dst) const;
   void check_finite(const Item& it, const std::vector<float>& v) const;
   void write_extra_files();
   void read_whole(const Item& it, std::span<std::byte> f32) {
@@ -154,7 +192,7 @@ void Job::prepare_output() {
   } catch (const Error& e) {
     fail(ErrorKind::io, out_.string(), "", std::string("output directory is not writable: ") + e.what());
   }
-  guard_.path = tmp_;
+  guard_.set(tmp_);
 }
 
 void Job::scan() {
@@ -314,6 +352,7 @@ void Job::write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr) {
   const TensorInfo& t = *it.t;
   tr.format = Format::dense;
   tr.output_dtype = it.work;
+  if (t.numel() == 0) return;  // nothing to write, whatever the dims (a [2^62, 0] is no 2^62 steps)
   const uint64_t rows = t.shape.empty() ? 1 : t.shape[0];
   const uint64_t row_elems = rows ? t.numel() / rows : 0;
   const uint64_t row_bytes = std::max<uint64_t>(1, row_elems * 4);
@@ -325,6 +364,7 @@ void Job::write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr) {
   std::vector<float> v;
   std::vector<std::byte> outb;
   for (uint64_t r0 = 0; r0 < std::max<uint64_t>(rows, 1); r0 += step) {
+    check_cancel();  // a large tensor is many chunks: Ctrl-C is honoured within it
     const uint64_t r1 = t.shape.empty() ? 1 : std::min(rows, r0 + step);
     const uint64_t n = t.shape.empty() ? t.numel() : (r1 - r0) * row_elems;
     outb.resize((n * dtype_bits(it.work) + 7) / 8);
@@ -418,18 +458,45 @@ void Job::copy_others() {
                                    ".msgpack", ".onnx", ".gguf", ".ot",   ".safetensors"};
   const fs::path out_canon = fs::weakly_canonical(out_, ec);
   const fs::path tmp_canon = fs::weakly_canonical(tmp_, ec);
+  // Where a file may resolve to: inside IN, or, for a Hugging Face cache snapshot
+  // (<repo>/snapshots/<rev>/x -> ../../blobs/<hash>), inside that repo's blobs/. A link anywhere
+  // else (a planted tokenizer.json -> ~/.ssh/id_rsa) is not copied into OUT, which users upload.
+  const fs::path in_canon = fs::weakly_canonical(in_, ec);
+  const fs::path blobs =
+      in_canon.parent_path().filename() == "snapshots" ? in_canon.parent_path().parent_path() / "blobs" : fs::path{};
+  const auto below = [](const fs::path& p, const fs::path& dir) {
+    if (dir.empty()) return false;
+    const fs::path rel = p.lexically_relative(dir);
+    return !rel.empty() && contained(rel);
+  };
+  const auto link_target_allowed = [&](const fs::path& target) {
+    return below(target, in_canon) || below(target, blobs);
+  };
+  // Directory links are not followed (the iterator's default); a file link is copied as the
+  // content it resolves to (a Hugging Face cache snapshot is links to ../../blobs/<hash>), only
+  // when that is a regular file. The copy goes to the entry's own path below IN, never to where
+  // a link points.
   for (auto itr = fs::recursive_directory_iterator(in_, ec); !ec && itr != fs::recursive_directory_iterator();
        itr.increment(ec)) {
+    check_cancel();
     const fs::path p = itr->path();
     const std::string name = p.filename().string();
+    const bool is_dir = fs::is_directory(itr->symlink_status(ec));
     const fs::path canon = fs::weakly_canonical(p, ec);
     if (name.empty() || name[0] == '.' || canon == out_canon || canon == tmp_canon) {
-      if (itr->is_directory(ec)) itr.disable_recursion_pending();
+      if (is_dir) itr.disable_recursion_pending();
       continue;
     }
-    const fs::path rel = fs::relative(p, in_, ec);
-    if (itr->is_directory(ec)) continue;
-    if (!itr->is_regular_file(ec)) continue;  // follows symlinks (HF cache snapshots)
+    const fs::path rel = p.lexically_relative(in_);
+    if (!contained(rel)) {
+      if (is_dir) itr.disable_recursion_pending();
+      continue;
+    }
+    if (is_dir) continue;
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || on_pseudo_fs(p))
+      continue;                                 // a FIFO, device, socket, dangling link or /proc file is never opened
+    if (!link_target_allowed(canon)) continue;  // a link out of the checkpoint (~/.ssh/...): not copied
     const std::string rels = rel.generic_string();
     if (rel == "config.json" || own.count(canon) || ends_with(name, ".safetensors.index.json")) continue;
     bool weights = false;
@@ -441,11 +508,50 @@ void Job::copy_others() {
     const fs::path dst = tmp_ / rel;
     fs::create_directories(dst.parent_path(), ec);
     if (ec) fail(ErrorKind::io, dst.string(), "", "cannot create directory: " + ec.message());
-    fs::copy_file(p, dst, fs::copy_options::overwrite_existing, ec);
-    if (ec) fail(ErrorKind::io, dst.string(), "", "cannot copy " + p.string() + ": " + ec.message());
+    copy_file_into(p, st, dst);
     rep_.copied.push_back(rels);
   }
   if (ec) fail(ErrorKind::io, in_.string(), "", "cannot list the input directory: " + ec.message());
+}
+
+void Job::copy_file_into(const fs::path& src, const struct stat& expect, const fs::path& dst) const {
+  // O_NONBLOCK: were `src` swapped for a FIFO since stat(), opening it does not wait for a writer;
+  // the fstat below refuses anything but the regular file that was checked.
+  const int in = ::open(src.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (in < 0) fail(ErrorKind::io, src.string(), "", std::string("cannot open: ") + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } close_in{in};
+  struct stat st {};
+  if (::fstat(in, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != expect.st_dev || st.st_ino != expect.st_ino)
+    fail(ErrorKind::io, src.string(), "", "changed while being copied (no longer the regular file listed)");
+  // Created exclusively inside the writer's own temporary directory: a name the writer has
+  // written already is an error, never overwritten.
+  const int out = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (out < 0)
+    fail(ErrorKind::io, dst.string(), "",
+         std::string("cannot create the copy of ") + src.string() + ": " + std::strerror(errno));
+  struct Closer close_out {
+    out
+  };
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    check_cancel();
+    const ssize_t n = ::read(in, buf.data(), buf.size());
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      fail(ErrorKind::io, src.string(), "", std::string("read failed: ") + std::strerror(errno));
+    }
+    for (ssize_t w = 0; w < n;) {
+      const ssize_t k = ::write(out, buf.data() + w, static_cast<size_t>(n - w));
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) fail(ErrorKind::io, dst.string(), "", std::string("write failed: ") + std::strerror(errno));
+      w += k;
+    }
+  }
+  if (::fsync(out) != 0) fail(ErrorKind::io, dst.string(), "", std::string("fsync failed: ") + std::strerror(errno));
 }
 
 void Job::commit() {
@@ -467,7 +573,7 @@ void Job::commit() {
     if (!old.empty()) fs::rename(old, out_, ec);
     fail(ErrorKind::io, out_.string(), "", "cannot rename the finished output into place: " + ec.message());
   }
-  guard_.keep = true;
+  guard_.release();
   fsync_dir(out_.parent_path());
   if (!old.empty()) fs::remove_all(old, ec);
 }

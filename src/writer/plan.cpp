@@ -177,18 +177,19 @@ Selector::Selector(const std::vector<std::string>& entries, const char* what, co
 }
 
 bool Selector::matches(const std::string& module, const TensorInfo& t) const {
-  return list_.matches(module, [&](const std::string& cls) {
-    if (!classes_.empty()) {  // the model is known: its classes, as compressed-tensors matches them
-      const auto f = classes_.find(module);
-      if (f == classes_.end()) return false;
-      bool is = false;
-      for (const auto& c : f->second) is = is || c == cls || (cls == "Linear" && c == "LinearBase");
-      return is && !(cls == "Linear" && head_like(module));
-    }
-    if (cls == "Linear") return linear_like(module, t);
-    if (cls == "Embedding") return t.shape.size() == 2 && embedding_like(module);
-    return false;
-  });
+  return list_.matches(
+      module, format::TargetList::Classes::of([&](const std::string& cls) {
+        if (!classes_.empty()) {  // the model is known: its classes, as compressed-tensors matches them
+          const auto f = classes_.find(module);
+          if (f == classes_.end()) return false;
+          bool is = false;
+          for (const auto& c : f->second) is = is || c == cls || (cls == "Linear" && c == "LinearBase");
+          return is && !(cls == "Linear" && head_like(module));
+        }
+        if (cls == "Linear") return linear_like(module, t);
+        if (cls == "Embedding") return t.shape.size() == 2 && embedding_like(module);
+        return false;
+      }));
 }
 
 namespace {
@@ -196,6 +197,61 @@ uint64_t bytes_of(DType d, const Shape& s) {
   uint64_t n = 1;
   for (auto v : s) n *= v;
   return (n * dtype_bits(d) + 7) / 8;
+}
+}  // namespace
+
+namespace {
+/// The output keys an item will be written under, known before scan(): the parts' names do
+/// not depend on what scan() measures (sparse nnz, low-rank energy only change shapes).
+std::vector<std::string> planned_keys(const Item& it, const Resolved& r) {
+  if (!it.compress) return {it.out.front().key};
+  if (r.format == Format::low_rank) return {it.module + ".0.weight", it.module + ".1.weight"};
+  const QuantArgs q = r.quant();
+  format::Why why;
+  const auto g = format::geometry(r.format, it.t->shape, is_quantized_format(r.format) ? &q : nullptr, why);
+  std::vector<std::string> keys;
+  if (g)
+    for (const auto& p : format::plan_parts(*g, it.work, 0))
+      keys.push_back(it.module + "." + std::string(format::role_name(p.role)));
+  return keys;
+}
+
+/// Refuses a plan whose output names collide, before anything is read or written: two tensors
+/// written under one key (an input `X.weight_scale` beside a quantized `X.weight`, an input
+/// `m.1.bias` beside the bias a low-rank `m` moves there), or a key the reader would take for
+/// a part of a compressed module (`X.weight_zero_point` beside a symmetric `X`, `m.0.*` /
+/// `m.1.*` beside a low-rank `m`).
+void check_output_keys(const Plan& plan, const Resolved& r, const std::set<std::string>& compressed_modules,
+                       const std::function<std::string(size_t)>& origin) {
+  std::map<std::string, const Item*> owner;
+  const auto what = [](const Item& it) {
+    return it.compress ? "the compressed parts of " + it.t->name : "the input tensor " + it.t->name;
+  };
+  for (const Item& it : plan.items)
+    for (const std::string& key : planned_keys(it, r)) {
+      const auto [f, fresh] = owner.emplace(key, &it);
+      if (!fresh)
+        fail(ErrorKind::invalid_argument, origin(it.index), it.t->name,
+             "output tensor '" + key + "' would be written twice: for " + what(*f->second) + " and for " + what(it) +
+                 "; rename or drop one of the input tensors, or leave the module out (--ignore / ignore=)");
+    }
+  // A key inside another compressed module's namespace (its own parts and a moved bias aside).
+  for (const auto& [key, owner_it] : owner) {
+    const Item& it = *owner_it;
+    for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1)) {
+      const std::string module = key.substr(0, dot), rest = key.substr(dot + 1);
+      if (!compressed_modules.count(module) || (it.compress && module == it.module)) continue;
+      if (!it.compress && r.format == Format::low_rank && rest == "1.bias" && it.t->name == module + ".bias")
+        continue;  // the module's own bias, moved to its second factor
+      const bool part = r.format == Format::low_rank ? rest.rfind("0.", 0) == 0 || rest.rfind("1.", 0) == 0
+                                                     : format::role_from_name(rest).has_value();
+      if (part)
+        fail(ErrorKind::invalid_argument, origin(it.index), it.t->name,
+             "output tensor '" + key + "' (" + what(it) + ") is named like a part of the compressed module '" + module +
+                 "', and a reader would take it for one; rename the input tensor, or leave '" + module +
+                 "' out (--ignore / ignore=)");
+    }
+  }
 }
 }  // namespace
 
@@ -264,6 +320,7 @@ Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, co
       if (!it.compress && ends_with(it.t->name, ".bias") &&
           compressed_modules.count(it.t->name.substr(0, it.t->name.size() - 5)))
         it.out.front().key = it.t->name.substr(0, it.t->name.size() - 5) + ".1.bias";
+  check_output_keys(plan, r, compressed_modules, origin);
   if (r.format != Format::dense && compressed_modules.empty())
     fail(ErrorKind::invalid_argument, tensors.empty() ? "" : origin(0), "",
          "no tensor matches the targets (2-D `.weight` tensors of modules matched by --targets and not by --ignore); "

@@ -1,9 +1,13 @@
 #include "writer/report.hpp"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/boundary.hpp"
+#include "io/output.hpp"
 #include "writer/plan.hpp"
 
 namespace ctstream {
@@ -69,6 +73,20 @@ std::string report_json(const CompressReport& r, const CompressOptions& o) {
             {"skipped", r.skipped},
             {"tensors", tensors}};
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+void write_report_json(const std::filesystem::path& path, const CompressReport& report,
+                       const CompressOptions& options) {
+  detail::at_boundary(path.string(), "", [&] {
+    const std::string text = report_json(report, options);
+    const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+    if (path.filename().empty())
+      throw Error(ErrorKind::invalid_argument, path.string(), "", "the report path names no file");
+    io::TempFile f(dir, path.filename().string());
+    if (std::fwrite(text.data(), 1, text.size(), f.stream()) != text.size())
+      throw Error(ErrorKind::io, path.string(), "", std::string("write failed: ") + std::strerror(errno));
+    f.commit_to(path);
+  });
 }
 
 }  // namespace ctstream

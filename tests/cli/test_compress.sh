@@ -160,6 +160,17 @@ wait "$pid"; rc=$?
 if [ "$rc" = 130 ]; then ok; err_has "Ctrl-C" "interrupted"; no_partial "$TMP/int"
 elif [ "$rc" = 0 ]; then echo "note: compress finished before SIGINT arrived; Ctrl-C not exercised"
 else bad "Ctrl-C: exit $rc, wanted 130"; fi
+# Ctrl-C twice while shards are being written: the process dies by the signal; neither the
+# temporary output directory nor the finished shards in it are left behind
+mkdir -p "$TMP/sig2"
+"$CT" compress "$BIG" "$TMP/sig2/out" --format pack-quantized --shard-size 10MB >/dev/null 2>&1 &
+pid=$!
+sleep 0.5
+kill -INT "$pid" 2>/dev/null; sleep 0.05; kill -INT "$pid" 2>/dev/null
+wait "$pid"; rc=$?
+if [ "$rc" = 0 ]; then echo "note: compress finished before the two SIGINTs; not exercised"
+elif [ -n "$(ls -A "$TMP/sig2")" ]; then bad "double Ctrl-C left $(ls -A "$TMP/sig2")"
+else ok; fi
 
 # ---- the output never clobbers the input, never follows a planted link ------------------------
 # OUT containing IN (replacing OUT would delete IN) and OUT inside IN: refused, input intact
@@ -195,6 +206,13 @@ run 0 "decompress over a planted link" "$CT" decompress "$IN" "$TMP/dec.safetens
 [ "$(cat "$TMP/target.txt")" = precious ] && [ ! -L "$TMP/dec.safetensors" ] && [ -f "$TMP/dec.safetensors" ] && ok || bad "decompress followed a planted link"
 run 1 "decompress onto its input" "$CT" decompress "$TMP/dec.safetensors" "$TMP/dec.safetensors"
 err_has "decompress onto its input" "one of the checkpoint's own files"
+# decompress onto the checkpoint's config.json, or into its directory: refused, input intact
+cfg_before=$(md5sum <"$TMP/outer/model/config.json")
+run 1 "decompress onto config.json" "$CT" decompress "$TMP/outer/model" "$TMP/outer/model/config.json" --quiet
+err_has "decompress onto config.json" "one of the checkpoint's own files"
+run 1 "decompress into the checkpoint" "$CT" decompress "$TMP/outer/model" "$TMP/outer/model/d.safetensors" --quiet
+err_has "decompress into the checkpoint" "inside the checkpoint directory"
+[ "$(md5sum <"$TMP/outer/model/config.json")" = "$cfg_before" ] && [ ! -e "$TMP/outer/model/d.safetensors" ] && ok || bad "decompress wrote into its input"
 # Ctrl-C during decompress: exit 130, no temporary file left
 "$CT" decompress "$BIG" "$TMP/big.safetensors" --dtype fp32 >/dev/null 2>"$TMP/err" &
 pid=$!

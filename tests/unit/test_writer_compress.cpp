@@ -4,6 +4,10 @@
 // Byte-exactness against the Python library is tests/python/test_writer_crosscheck.py.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -11,7 +15,9 @@
 #include "codecs/half.hpp"
 #include "codecs/minifloat.hpp"
 #include "ctstream/ctstream.hpp"
+#include "format/safetensors.hpp"
 #include "helpers.hpp"
+#include "io/output.hpp"
 #include "writer/quantize.hpp"
 
 using namespace ctstream;
@@ -710,4 +716,229 @@ TEST_CASE("compress from memory: class targets, extra files, bad buffers leave n
     }
     CHECK(th::error_kind([&] { BufferSource({{"t", DType::F4, {3}}}, fetch); }) == ErrorKind::invalid_argument);
   }
+}
+
+namespace {
+bool no_temp_left(const fs::path& dir) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(".ctstream-") != std::string::npos) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("other files: copied to their own path below OUT, links followed only to regular files inside",
+          "[writer_compress]") {
+  // A Hugging Face cache snapshot: every file a link to ../../blobs/<hash>. The copies land at
+  // OUT/<name>, never at OUT/../../blobs/<hash> (which a path resolved through the link names).
+  th::TempDir tmp("hfcache");
+  const fs::path repo = tmp.path / "hub" / "models--org--m", snap = repo / "snapshots" / "rev1";
+  write_model(tmp.path / "src", make_model(DType::BF16), "bfloat16");
+  fs::create_directories(repo / "blobs");
+  fs::create_directories(snap);
+  for (const char* f : {"model.safetensors", "config.json", "tokenizer.json"}) {
+    fs::rename(tmp.path / "src" / f, repo / "blobs" / (std::string("blob-") + f));
+    fs::create_symlink(fs::path("../../blobs") / (std::string("blob-") + f), snap / f);
+  }
+  // Files a wrong destination would clobber, and things that are no regular file.
+  fs::create_directories(tmp.path / "blobs");
+  std::ofstream(tmp.path / "blobs" / "blob-tokenizer.json") << "PRECIOUS";
+  std::ofstream(tmp.path / "secret") << "outside";
+  fs::create_symlink(tmp.path / "secret", snap / "notes.txt");
+  fs::create_directories(tmp.path / "outside_dir");
+  std::ofstream(tmp.path / "outside_dir" / "x.txt") << "x";
+  fs::create_symlink(tmp.path / "outside_dir", snap / "assets");
+  fs::create_symlink("/proc/self/environ", snap / "special_tokens_map.json");
+  fs::create_symlink(tmp.path / "missing", snap / "dangling.json");
+  REQUIRE(::mkfifo((snap / "pipe.json").c_str(), 0600) == 0);  // opening it would block
+  fs::create_directories(tmp.path / "out");
+
+  CompressOptions o;
+  o.format = Format::int_quantized;
+  const fs::path out = tmp.path / "out" / "m";
+  const auto rep = compress_checkpoint(snap, out, o);
+  CHECK(slurp(out / "tokenizer.json") == R"({"version": "1.0"})");
+  CHECK(fs::is_regular_file(fs::symlink_status(out / "tokenizer.json")));
+  // A link out of the checkpoint (not into its repo's blobs/) is not copied: OUT gets uploaded.
+  for (const char* absent : {"notes.txt", "assets", "special_tokens_map.json", "dangling.json", "pipe.json"})
+    CHECK(!fs::exists(fs::symlink_status(out / absent)));
+  CHECK(slurp(tmp.path / "blobs" / "blob-tokenizer.json") == "PRECIOUS");
+  CHECK(slurp(tmp.path / "secret") == "outside");
+  CHECK(std::vector<fs::path>(fs::directory_iterator(tmp.path / "out"), fs::directory_iterator()).size() == 1);
+  auto sorted = rep.copied;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == std::vector<std::string>{"tokenizer.json"});
+  auto ck = Checkpoint::open(out);
+  CHECK(ck.at("model.layers.0.mlp.up_proj.weight").format == Format::int_quantized);
+}
+
+namespace {
+/// A BufferSource that counts read() calls and raises the cancel flag on the first one.
+class CancellingSource final : public TensorSource {
+ public:
+  CancellingSource(BufferSource& inner, std::atomic<bool>& cancel) : inner_(inner), cancel_(cancel) {}
+  std::span<const TensorInfo> tensors() const override { return inner_.tensors(); }
+  void read(size_t i, uint64_t r0, uint64_t r1, std::span<std::byte> out, DType d) override {
+    ++reads;
+    cancel_ = true;
+    inner_.read(i, r0, r1, out, d);
+  }
+  std::string origin(size_t i) const override { return inner_.origin(i); }
+  int reads = 0;
+
+ private:
+  BufferSource& inner_;
+  std::atomic<bool>& cancel_;
+};
+}  // namespace
+
+TEST_CASE("zero-element tensors with huge dims write at once; cancel is polled inside a tensor", "[writer_compress]") {
+  th::TempDir tmp("zero");
+  SECTION("checkpoint input [2^62, 0] and [2^40, 0, 3]") {
+    fs::create_directories(tmp.path / "in");
+    std::vector<SafetensorsWriter::Entry> es = {{"a.weight", DType::BF16, {64, 64}},
+                                                {"z", DType::F32, {uint64_t{1} << 62, 0}},
+                                                {"z3", DType::BF16, {uint64_t{1} << 40, 0, 3}}};
+    SafetensorsWriter w(tmp.path / "in" / "model.safetensors", es);
+    w.write(encode(std::vector<float>(64 * 64, 0.25f), DType::BF16));
+    w.commit();
+    for (Format f : {Format::dense, Format::int_quantized, Format::sparse_bitmask}) {
+      CompressOptions o;
+      o.format = f;
+      o.dtype = DType::F16;  // converted: the f32 path
+      const fs::path out = tmp.path / ("out" + std::to_string(static_cast<int>(f)));
+      compress_checkpoint(tmp.path / "in", out, o);
+      auto ck = Checkpoint::open(out);
+      CHECK(ck.at("z").shape == Shape{uint64_t{1} << 62, 0});
+      CHECK(ck.at("z3").shape == Shape{uint64_t{1} << 40, 0, 3});
+      decompress_to_file(ck, tmp.path / "dec.safetensors");
+    }
+  }
+  SECTION("memory input [2^59, 0]") {
+    std::vector<std::byte> a(16 * 16 * 4);
+    BufferSource src({{"a.weight", DType::F32, {16, 16}}, {"z", DType::F32, {uint64_t{1} << 59, 0}}},
+                     [&](size_t i) { return i == 0 ? std::span<const std::byte>(a) : std::span<const std::byte>(); });
+    CompressOptions o;
+    o.format = Format::dense;
+    compress(src, tmp.path / "mem", o);
+    CHECK(Checkpoint::open(tmp.path / "mem").at("z").shape == Shape{uint64_t{1} << 59, 0});
+  }
+  SECTION("a cancel raised during a many-chunk tensor stops it before the next chunk") {
+    std::vector<std::byte> big(uint64_t{8192} * 1024 * 4);  // 32 MiB of F32: several 16 MiB chunks
+    BufferSource inner({{"emb", DType::F32, {8192, 1024}}}, [&](size_t) { return std::span<const std::byte>(big); });
+    std::atomic<bool> cancel{false};
+    CancellingSource src(inner, cancel);
+    CompressOptions o;
+    o.format = Format::dense;
+    o.cancel = &cancel;
+    CHECK(th::error_kind([&] { compress(src, tmp.path / "c", o); }) == ErrorKind::io);
+    CHECK(src.reads == 1);
+    CHECK(!fs::exists(tmp.path / "c"));
+    CHECK(no_temp_left(tmp.path));
+  }
+}
+
+TEST_CASE("output name collisions are refused before anything is written", "[writer_compress]") {
+  th::TempDir tmp("coll");
+  auto expect_refused = [&](const std::string& tag, std::vector<Tensor> extra, CompressOptions o, const char* needle) {
+    auto model = make_model(DType::BF16);
+    for (auto& t : extra) model.push_back(std::move(t));
+    const fs::path in = tmp.path / ("in_" + tag), out = tmp.path / ("out_" + tag);
+    write_model(in, model, "bfloat16");
+    try {
+      compress_checkpoint(in, out, o);
+      FAIL("expected a collision error: " << tag);
+    } catch (const Error& e) {
+      INFO(tag << ": " << e.what());
+      CHECK(e.kind() == ErrorKind::invalid_argument);
+      CHECK(e.tensor().rfind("model.layers.0.mlp.up_proj.", 0) == 0);
+      CHECK(std::string(e.what()).find(needle) != std::string::npos);
+    }
+    CHECK(!fs::exists(out));
+    CHECK(no_temp_left(tmp.path));
+  };
+  const std::string up = "model.layers.0.mlp.up_proj.";
+  auto ones = [](std::string name, DType d, Shape s) {
+    uint64_t n = 1;
+    for (auto v : s) n *= v;
+    return Tensor{std::move(name), d, std::move(s), std::vector<float>(n, 1.f)};
+  };
+  CompressOptions q8;
+  q8.format = Format::int_quantized;
+  expect_refused("scale", {ones(up + "weight_scale", DType::BF16, {128, 1})}, q8, "written twice");
+  CompressOptions pq;
+  pq.group_size = 32;
+  {  // an input `.weight_packed` beside its `.weight`: the reader refuses the input itself
+    auto model = make_model(DType::BF16);
+    model.push_back(ones(up + "weight_packed", DType::F32, {128, 8}));
+    write_model(tmp.path / "in_packed", model, "bfloat16");
+    const auto k = th::error_kind([&] { compress_checkpoint(tmp.path / "in_packed", tmp.path / "out_packed", pq); });
+    CHECK((k && *k != ErrorKind::internal));
+    CHECK(!fs::exists(tmp.path / "out_packed"));
+  }
+  expect_refused("zero_point", {ones(up + "weight_zero_point", DType::BF16, {128, 1})}, q8, "named like a part");
+  CompressOptions lr;
+  lr.format = Format::low_rank;
+  lr.rank = 4;
+  expect_refused("lowrank", {ones(up + "0.weight", DType::BF16, {8, 64})}, lr, "named like a part");
+  expect_refused("bias", {ones(up + "bias", DType::BF16, {128}), ones(up + "1.bias", DType::BF16, {128})}, lr,
+                 "written twice");
+}
+
+TEST_CASE("a safetensors header never holds one name twice", "[writer_compress]") {
+  th::TempDir tmp("dupname");
+  std::vector<format::StEntry> st = {{"a", DType::F32, {1}, 0, 4}, {"a", DType::F32, {1}, 4, 8}};
+  CHECK(th::error_kind([&] { format::serialize_header(st, {}); }) == ErrorKind::invalid_argument);
+  CHECK(th::error_kind([&] {
+          SafetensorsWriter w(tmp.path / "x.safetensors", {{"a", DType::F32, {1}}, {"a", DType::F32, {1}}});
+        }) == ErrorKind::invalid_argument);
+  CHECK(!fs::exists(tmp.path / "x.safetensors"));
+  CHECK(no_temp_left(tmp.path));
+}
+
+TEST_CASE("remove_registered_temps empties and removes registered temporary directories", "[writer_compress]") {
+  // What the CLI's second Ctrl-C runs (async-signal-safe): finished shards in the writer's
+  // temporary output directory go too, not only the file being written.
+  th::TempDir tmp("sigdir");
+  const fs::path d = io::make_temp_dir(tmp.path, "out", "tmp");
+  const int slot = io::register_temp_dir(d);
+  REQUIRE(slot >= 0);
+  for (int i = 0; i < 300; ++i) std::ofstream(d / ("model-" + std::to_string(i) + ".safetensors")) << "x";
+  fs::create_directories(d / "sub" / "deeper");
+  std::ofstream(d / "sub" / "deeper" / "tokenizer.json") << "{}";
+  std::ofstream(tmp.path / "keep.txt") << "keep";
+  fs::create_symlink(tmp.path / "keep.txt", d / "link");
+  io::remove_registered_temps();
+  io::unregister_temp(slot);
+  CHECK(!fs::exists(d));
+  CHECK(slurp(tmp.path / "keep.txt") == "keep");  // a link inside is removed, never followed
+}
+
+TEST_CASE("decompress refuses the checkpoint's own files and directory as output", "[writer_compress]") {
+  th::TempDir tmp("decout");
+  const fs::path ck = tmp.path / "ck";
+  fs::copy(th::fixtures() / "ct" / "v020_int8_w8a8_channel_sym_bf16", ck, fs::copy_options::recursive);
+  const std::string cfg = slurp(ck / "config.json");
+  auto c = Checkpoint::open(ck);
+  fs::create_symlink(ck / "config.json", tmp.path / "cfg_link.json");
+  for (const fs::path& bad : {ck / "config.json", ck / "." / "config.json", tmp.path / "cfg_link.json",
+                              ck / "model.safetensors", ck / "new.safetensors", ck / "sub" / ".." / "x.safetensors"}) {
+    INFO(bad);
+    CHECK(th::error_kind([&] { decompress_to_file(c, bad); }) == ErrorKind::invalid_argument);
+  }
+  CHECK(slurp(ck / "config.json") == cfg);
+  CHECK(fs::is_symlink(tmp.path / "cfg_link.json"));
+  decompress_to_file(c, tmp.path / "dense.safetensors");
+  CHECK(Checkpoint::open(tmp.path / "dense.safetensors").tensors().size() == c.tensors().size());
+}
+
+TEST_CASE("the compress report is written through a temporary file, never through a link", "[writer_compress]") {
+  th::TempDir tmp("report");
+  std::ofstream(tmp.path / "victim") << "precious";
+  fs::create_symlink(tmp.path / "victim", tmp.path / "rep.json");
+  CompressReport rep;
+  write_report_json(tmp.path / "rep.json", rep, {});
+  CHECK(slurp(tmp.path / "victim") == "precious");
+  CHECK(fs::is_regular_file(fs::symlink_status(tmp.path / "rep.json")));
+  CHECK(th::read_json(tmp.path / "rep.json").contains("tensors"));
+  CHECK(no_temp_left(tmp.path));
 }

@@ -14,7 +14,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -221,11 +220,7 @@ int cmd_compress(int argc, char** argv) {
   }
 
   if (a.has("--report")) {
-    const std::string path = a.get("--report");
-    std::ofstream f(path, std::ios::binary);
-    f << ctstream::report_json(rep, opt);
-    f.flush();
-    if (!f) throw ctstream::Error(ctstream::ErrorKind::io, path, "", "cannot write the report");
+    ctstream::write_report_json(a.get("--report"), rep, opt);
   }
   if (quiet) return 0;
   std::string counts;
