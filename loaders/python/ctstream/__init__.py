@@ -36,7 +36,9 @@ floating and compressed tensors; integer and bool tensors always come back as st
 the one the compressed-tensors library's decompression returns.
 
 Memory: every returned tensor owns its memory (zero-copy hand-off from the decoder: the array is
-allocated once and decoded into with the GIL released). ``out=`` decodes into a torch tensor /
+allocated once and decoded into with the GIL released). The one exception, ``part(...,
+copy=False)`` with numpy, is a read-only view of the mapped file; torch tensors are never views of
+the file (torch cannot make a tensor read-only). ``out=`` decodes into a torch tensor /
 numpy array you pass (any CPU array speaking DLPack or the buffer protocol): it must be
 writable, C-contiguous, of exactly the tensor's (or slice's) shape and of the output dtype.
 """
@@ -179,11 +181,14 @@ def _resolve_framework(framework: Optional[str]) -> str:
 
 
 def _wrap(arr, dtype_name: str, framework: str):
-    """numpy storage array from the native side -> the user's tensor type (zero-copy)."""
+    """numpy storage array from the native side -> the user's tensor type (zero-copy). A read-only
+    array (a view of the file mapping) is copied for torch, which has no read-only tensors."""
     if arr.dtype.char in "qQ":  # (unsigned) long long -> the canonical 64-bit integer dtype
         arr = arr.view(arr.dtype.str)
     if framework == "pt":
         torch = _torch()
+        if not arr.flags.writeable:
+            arr = arr.copy()
         t = torch.from_numpy(arr)
         view = _TORCH_VIEW.get(dtype_name)
         if view is not None and hasattr(torch, view):
@@ -376,17 +381,16 @@ class Checkpoint:
         return TensorSlice(self, name, dtype)
 
     def part(self, name: str, role: str, *, copy: bool = True):
-        """One stored part of a tensor, undecoded (see ``packed``). ``copy=False`` (mmap mode):
-        a read-only zero-copy view of the mapped file, as safetensors' own loader returns, valid
-        while you hold it (the checkpoint stays mapped); in pread mode a copy regardless."""
-        if not copy:
+        """One stored part of a tensor, undecoded (see ``packed``). ``copy=False`` with
+        ``framework="np"`` in mmap mode: a read-only zero-copy view of the mapped file
+        (``writeable=False``; numpy refuses writes), valid while you hold it (the checkpoint stays
+        mapped). A torch tensor has no read-only flag - writing through a view of the read-only
+        mapping would kill the process - so with ``framework="pt"`` (and in pread mode) the part
+        is always a copy you own, whatever ``copy`` says."""
+        if not copy and self._fw == "np":
             v = self._n.view_part(name, role)
             if v is not None:
-                import warnings
-
-                with warnings.catch_warnings():  # torch warns on read-only buffers; the view is not written
-                    warnings.simplefilter("ignore", UserWarning)
-                    return _wrap(v[0], v[1], self._fw)
+                return _wrap(v[0], v[1], self._fw)
         arr, dt = self._n.read_part(name, role)
         return _wrap(arr, dt, self._fw)
 

@@ -152,31 +152,29 @@ def weights_iterator(
                      if (keep is None or p.file in keep) and wanted_name(p.key)]
             parts.sort(key=lambda np: (np[1].file, np[1].offset))
             for name, p in _progress(parts, len(parts), use_tqdm_on_load, "Loading checkpoint (ctstream, stored parts)"):
-                # zero-copy views of the mapping (as vLLM's own mmap loader), copies in pread mode;
-                # once the consumer asks for the next one, this one's pages leave the process
-                yield p.key, ckpt.part(name, p.role, copy=False)
+                # a copy of each (a torch tensor over the read-only file mapping could be written
+                # through - vLLM's own loader hands out copy-on-write tensors); once the consumer
+                # asks for the next one, this one's pages leave the process
+                yield p.key, ckpt.part(name, p.role)
                 ckpt._n.release(name)
             return
         infos = [t for t in ckpt.infos() if (keep is None or t.parts[0].file in keep) and wanted_name(t.name)]
-        # Plain tensors that need no conversion are zero-copy views of the mapping (mmap mode), as
-        # vLLM's own loader yields them; everything else is decoded ahead on worker threads,
-        # within the budget, in the same order.
-        nat = ckpt._n.resolved_dtype
+        # Every tensor is decoded ahead on worker threads, within the budget, in this order (plain
+        # tensors that need no conversion are copied as stored: a torch tensor over the read-only
+        # file mapping could be written through, and vLLM's weight loaders may write in place).
         dt = _dtype_str(dtype)
-        as_is = [io == "mmap" and t.format == "dense" and nat(t.name, dt) == t.dtype for t in infos]
         lazies = {}
-        if lazy:
+        if lazy:  # lazily: the tensors to decode or convert (plain ones are as cheap to copy now)
             from ._lazy import lazy as make_lazy
 
-            for t, v in zip(infos, as_is):
-                if not v and (lt := make_lazy(ckpt, t.name, dt)) is not None:
+            nat = ckpt._n.resolved_dtype
+            for t in infos:
+                plain = io == "mmap" and t.format == "dense" and nat(t.name, dt) == t.dtype
+                if not plain and (lt := make_lazy(ckpt, t.name, dt)) is not None:
                     lazies[t.name] = lt
-        decoded = iter(ckpt.tensors(dtype=dtype, names=[t.name for t, v in zip(infos, as_is) if not v and t.name not in lazies]))
-        for t, v in _progress(list(zip(infos, as_is)), len(infos), use_tqdm_on_load, "Loading checkpoint (ctstream, decoded)"):
-            if v:
-                yield t.name, ckpt.part(t.name, t.parts[0].role, copy=False)
-                ckpt._n.release(t.name)
-            elif t.name in lazies:
+        decoded = iter(ckpt.tensors(dtype=dtype, names=[t.name for t in infos if t.name not in lazies]))
+        for t in _progress(infos, len(infos), use_tqdm_on_load, "Loading checkpoint (ctstream, decoded)"):
+            if t.name in lazies:
                 yield t.name, lazies.pop(t.name)
                 ckpt._n.release(t.name)
             else:

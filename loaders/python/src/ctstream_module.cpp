@@ -12,7 +12,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <omp.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +32,7 @@
 
 #include "binding.hpp"
 #include "ctstream/ctstream.hpp"
+#include "reader/internal.hpp"  // reader::ScopedDecodeThreads (single-threaded decodes in a forked child)
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -65,6 +69,26 @@ void set_error(const std::string& kind, const std::string& message, const std::s
 [[noreturn]] void raise(const char* kind, const std::string& message, const std::string& tensor) {
   set_error(kind, message, "", tensor);
   throw nb::python_error();
+}
+
+// fork(): GNU OpenMP's thread pool does not survive it (a parallel region of more than one thread
+// in the child waits forever for the parent's pool threads), so a forked child decodes and
+// compresses on the calling thread only, as torch does after fork.
+namespace {
+std::atomic<bool> g_forked{false};
+}
+bool forked() { return g_forked.load(std::memory_order_relaxed); }
+
+ForkSafeThreads::ForkSafeThreads() {
+  if (!forked()) return;
+  omp_set_num_threads(1);  // this thread's OpenMP default (the writer's parallel loops)
+  scope_ = std::make_unique<ctstream::reader::ScopedDecodeThreads>(1);
+}
+ForkSafeThreads::~ForkSafeThreads() = default;
+
+void install_fork_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] { ::pthread_atfork(nullptr, nullptr, [] { g_forked.store(true); }); });
 }
 
 }  // namespace ctstream_py
@@ -296,6 +320,7 @@ class TensorIter {
   }
 
   nb::tuple decode_next() {
+    check_process();
     std::optional<ctstream::Stream::Item> item;
     void* p = nullptr;
     {
@@ -317,6 +342,15 @@ class TensorIter {
     return nb::make_tuple(t.name, make_array(b, item->dtype, {t.shape.begin(), t.shape.end()}, item->data.size()),
                           std::string(ctstream::dtype_name(item->dtype)));
   }
+  // A started iterator belongs to the process that started it: its decode worker, and the locks
+  // that worker may have held, do not exist in a fork()ed child, where waiting on them would hang.
+  void check_process() const {
+    const pid_t owner = st_->pid.load();
+    if (owner != 0 && owner != ::getpid())
+      raise("forked",
+            "this tensor iterator was started in another process (before a fork): its decode thread does not exist "
+            "here; open the checkpoint again in the child (or call tensors() again) and iterate that");
+  }
   size_t remaining() const { return (names_ ? names_->size() : ck_->tensors().size()) - st_->delivered; }
   uint64_t budget() const { return budget_; }
   unsigned threads() const { return threads_; }
@@ -325,8 +359,8 @@ class TensorIter {
   void start() {
     ctstream::StreamOptions so;
     so.dtype = dtype_;
-    if (budget_) so.budget_bytes = budget_;  // 0: the core's default (StreamOptions)
-    so.threads = threads_;
+    if (budget_) so.budget_bytes = budget_;             // 0: the core's default (StreamOptions)
+    so.threads = ctstream_py::forked() ? 1 : threads_;  // a forked child: no OpenMP team (ForkSafeThreads)
     if (names_) so.order = *names_;
     // Called on the worker thread, in delivery order: plain aligned memory (no GIL needed);
     // ownership passes to a capsule when the tensor is delivered.
@@ -338,6 +372,7 @@ class TensorIter {
       return std::span<std::byte>(static_cast<std::byte*>(p), bytes);
     };
     st_->stream = std::make_unique<ctstream::Stream>(*ck_, std::move(so));
+    st_->pid.store(::getpid());
   }
   void* take(const TensorInfo* t) {
     std::lock_guard<std::mutex> lk(st_->mu);
@@ -353,7 +388,14 @@ class TensorIter {
     std::mutex mu;
     std::unordered_map<const TensorInfo*, void*> pending;  // allocated, not yet handed to Python
     std::unique_ptr<ctstream::Stream> stream;
+    std::atomic<pid_t> pid{0};  // the process whose worker runs `stream` (0: not started)
     ~State() {
+      if (pid.load() != 0 && pid.load() != ::getpid()) {
+        // a forked child's copy: the worker to join is the parent's, and its locks may be held
+        // forever; leak the stream and its buffers (the child's copies of the parent's pages)
+        (void)stream.release();
+        return;
+      }
       stream.reset();  // joins the worker: no allocation after this
       for (auto& [t, p] : pending) out_free(p);
     }
@@ -437,6 +479,7 @@ class PyCheckpoint {
     uint64_t n;
     {
       nb::gil_scoped_release unlocked;
+      ctstream_py::ForkSafeThreads fork_safe;
       n = ck->decode_into(t, std::span<std::byte>(b.data, bytes), d, s.slice);
       ck->release(t);  // drop its file pages from the process: RSS stays bounded across get()s
     }
@@ -514,6 +557,7 @@ class PyCheckpoint {
     std::byte* p = static_cast<std::byte*>(arr.data_handle()) + arr.byte_offset();
     {
       nb::gil_scoped_release unlocked;
+      ctstream_py::ForkSafeThreads fork_safe;
       ck->decode_into(t, std::span<std::byte>(p, static_cast<size_t>(bytes)), d, s.slice);
       ck->release(t);
     }
@@ -614,6 +658,7 @@ NB_MODULE(_ctstream, m) {
   g_classes = PyDict_New();
   m.attr("_error_classes") = nb::handle(g_classes);  // kind -> class, filled by ctstream/__init__.py
   nb::register_exception_translator(translate);
+  ctstream_py::install_fork_handler();
   ctstream_py::bind_writer(m);
 
   nb::class_<ctstream::TensorPart>(m, "TensorPart", "One stored safetensors entry of a logical tensor.")

@@ -1,8 +1,8 @@
 // ctstream._ctstream — the writer: compress a checkpoint on disk, or tensors handed over one at a
 // time by Python (ctstream.save_model / save_file). The GIL is released while compressing and
 // taken back only to fetch the next tensor or report progress; an exception raised by Python
-// there (KeyboardInterrupt included) aborts the write - nothing is left behind - and is re-raised
-// as it was.
+// there (KeyboardInterrupt included: pending signal handlers run there even without a progress
+// callback) aborts the write - nothing is left behind - and is re-raised as it was.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
@@ -123,18 +123,24 @@ CompressOptions options_from(const nb::dict& d) {
     o.open.io = *s == "mmap" ? ctstream::IoMode::mmap : ctstream::IoMode::pread;
   }
   if (auto v = get<unsigned>(d, "threads")) o.open.threads = *v;
+  if (forked()) o.open.threads = 1;  // a forked child has no OpenMP pool (see ForkSafeThreads)
   if (o.format == ctstream::Format::dense && !o.dtype)
     raise("invalid_argument", "format 'dense' needs dtype (bfloat16, float16 or float32)");
   (void)ctstream::describe_scheme(o);  // an inconsistent combination fails here, before any work
   return o;
 }
 
+/// Installs the progress hook, always: after each tensor (on the calling thread, the GIL taken
+/// back) it runs Python's pending signal handlers - Ctrl-C raises KeyboardInterrupt there, which
+/// aborts the write - then the user's `progress`, if any. (The writer offers no finer hook: a
+/// Ctrl-C lands once the tensor being compressed is done.)
 void set_progress(CompressOptions& o, nb::object progress, const std::shared_ptr<Pending>& pending) {
-  if (progress.is_none()) return;
-  auto fn = std::make_shared<nb::object>(std::move(progress));
+  auto fn = progress.is_none() ? nullptr : std::make_shared<nb::object>(std::move(progress));
   o.progress = [fn, pending](const ctstream::CompressProgress& p) {
     nb::gil_scoped_acquire gil;
     try {
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+      if (!fn) return;
       nb::dict d;
       d["phase"] = p.phase == ctstream::CompressProgress::Phase::scan ? "scan" : "write";
       d["tensors_done"] = p.tensors_done;
@@ -157,6 +163,7 @@ std::string run_released(F&& work, const std::shared_ptr<Pending>& pending, cons
   std::exception_ptr failure;
   {
     nb::gil_scoped_release unlocked;
+    ForkSafeThreads fork_safe;
     try {
       out = work();
     } catch (...) {
@@ -190,6 +197,7 @@ struct PyFetch {
     nb::gil_scoped_acquire gil;
     release_view();
     try {
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();  // Ctrl-C between tensors
       nb::object r = fn(i);
       if (PyObject_GetBuffer(r.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
       held = true;

@@ -1,0 +1,201 @@
+"""The Python surface under process-level hazards (each case runs in a child interpreter, so that a
+crash or a hang fails the test instead of taking pytest down):
+
+* no torch tensor is ever a view of the read-only file mapping (torch has no read-only tensors:
+  writing through one killed the process with SIGSEGV); numpy views stay read-only;
+* Ctrl-C interrupts compress / save_file without a progress callback: KeyboardInterrupt, and
+  nothing is left behind;
+* fork(): a child continuing its parent's started tensors() iterator gets a clear error instead
+  of waiting forever for the parent's worker thread; a checkpoint decodes (and the writer
+  compresses) in a forked child even after the parent ran OpenMP-parallel decodes.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ctstream = pytest.importorskip("ctstream")
+torch = pytest.importorskip("torch")
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures")
+CK = os.path.join(FIX, "ct", "v020_int8_w8a8_channel_sym_bf16")
+
+
+def _run(code: str, *args, timeout: int = 120) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, f"rc {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+# ---- views of the file mapping ------------------------------------------------------------------
+
+def test_torch_parts_are_never_views_of_the_mapping():
+    _run("""
+        import sys, warnings, torch, ctstream
+        warnings.simplefilter("error")  # torch's "non-writable array" warning would be a view
+        ck = ctstream.open(sys.argv[1], framework="pt")
+        for info in ck.infos():
+            for p in info.parts:
+                want = ck.part(info.name, p.role).clone()
+                for v in (ck.part(info.name, p.role, copy=False), ck.part(info.name, p.role),
+                          ck.packed(info.name)[p.role]):
+                    v.view(torch.uint8).add_(1)  # SIGSEGV when v is a view of the PROT_READ mapping
+                assert torch.equal(ck.part(info.name, p.role, copy=False), want), info.name  # file untouched
+        with ctstream.safe_open(sys.argv[1], "pt", packed=True) as f:
+            for k in f.keys():
+                f.get_tensor(k).view(torch.uint8).add_(1)
+                f.get_slice(k)[:].view(torch.uint8).add_(1)
+        import ctstream.vllm as cv
+        for packed in (True, False):
+            for name, t in cv.weights_iterator(sys.argv[1], packed=packed):
+                t.view(torch.uint8).add_(1)
+        print("ok")
+        """, CK)
+
+
+def test_numpy_part_views_stay_read_only():
+    np = pytest.importorskip("numpy")
+    with ctstream.open(CK, framework="np") as ck:
+        info = ck.infos()[0]
+        role = info.parts[0].role
+        v = ck.part(info.name, role, copy=False)
+        assert not v.flags.writeable
+        with pytest.raises(ValueError):
+            v.flags.writeable = True
+        with pytest.raises(ValueError):
+            v[...] = 0
+        assert ck.part(info.name, role).flags.writeable  # a copy is yours
+        assert np.array_equal(ck.part(info.name, role), v)
+
+
+def test_wrap_copies_read_only_arrays_for_torch():
+    np = pytest.importorskip("numpy")
+    a = np.arange(6, dtype=np.float32)
+    a.flags.writeable = False
+    t = ctstream._wrap(a, "F32", "pt")
+    t.add_(1)
+    assert a.tolist() == [0, 1, 2, 3, 4, 5]
+
+
+# ---- Ctrl-C during a write ----------------------------------------------------------------------
+
+_INTERRUPT = """
+    import os, signal, sys, threading, time, torch, ctstream
+    mode, src, out = sys.argv[1:4]
+    parent = os.path.dirname(out)
+    before = set(os.listdir(parent))
+
+    def ctrl_c():  # SIGINT once the writer's temporary output exists (the write is under way)
+        t0 = time.time()
+        while set(os.listdir(parent)) == before and time.time() - t0 < 60:
+            time.sleep(0.0005)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    try:
+        if mode == "compress":
+            ctstream.compress(src, out, format="int-quantized")
+        else:
+            g = torch.Generator().manual_seed(0)
+            ctstream.save_file({f"m{i}.weight": torch.randn(256, 256, generator=g) for i in range(400)}, out,
+                               format="int-quantized")
+    except KeyboardInterrupt:
+        print("interrupted")
+    else:
+        print("completed")
+    time.sleep(0.2)
+    print(sorted(set(os.listdir(parent)) - before))
+"""
+
+
+@pytest.mark.parametrize("mode", ["compress", "save_file"])
+def test_ctrl_c_aborts_a_write_without_progress_callback(tmp_path, mode):
+    src = tmp_path / "src"
+    if mode == "compress":
+        g = torch.Generator().manual_seed(0)
+        ctstream.save_file({f"m{i}.weight": torch.randn(256, 256, generator=g) for i in range(400)}, src,
+                           format="dense", dtype="float32")
+    work = tmp_path / "work"
+    work.mkdir()
+    r = _run(_INTERRUPT, mode, src, work / "out")
+    assert r.stdout.splitlines() == ["interrupted", "[]"], r.stdout + r.stderr  # nothing left behind
+
+
+# ---- fork ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def big_ckpt(tmp_path_factory):
+    """Tensors large enough for multi-threaded (OpenMP) decodes."""
+    d = tmp_path_factory.mktemp("fork") / "ck"
+    g = torch.Generator().manual_seed(1)
+    ctstream.save_file({f"m{i}.weight": torch.randn(1024, 1024, generator=g) for i in range(6)}, d,
+                       format="int-quantized")
+    return d
+
+
+def test_forked_child_cannot_continue_a_started_iterator(big_ckpt):
+    r = _run("""
+        import gc, os, signal, sys, ctstream
+        ck = ctstream.open(sys.argv[1], framework="np", threads=4, budget="4MB")
+        it = ck.tensors()
+        first = next(it)[0]
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(30)  # a hang is killed: the parent sees SIGALRM
+            try:
+                next(it)
+            except ctstream.Error as e:
+                assert e.kind == "forked" and "fork" in str(e) and "open the checkpoint again" in str(e), e
+            else:
+                os._exit(3)
+            try:
+                list(it)
+            except ctstream.Error:
+                pass
+            else:
+                os._exit(4)
+            assert it.__length_hint__() >= 0
+            fresh = [n for n, _ in ck.tensors()]  # a new iterator works in the child
+            assert fresh == ck.keys(), fresh
+            with ctstream.open(sys.argv[1], framework="np", threads=4) as ck2:
+                assert [n for n, _ in ck2.tensors()] == ck.keys()
+            del it
+            gc.collect()  # dropping the parent's iterator must not wait for its worker
+            os._exit(0)
+        _, st = os.waitpid(pid, 0)
+        assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0, st
+        assert [n for n, _ in it] == ck.keys()[1:]  # the parent's iterator is unaffected
+        print("ok", first)
+        """, big_ckpt)
+    assert r.stdout.startswith("ok")
+
+
+def test_forked_child_decodes_and_writes_after_parallel_decodes(big_ckpt, tmp_path):
+    _run("""
+        import os, signal, sys, numpy as np, ctstream, torch
+        ck = ctstream.open(sys.argv[1], framework="np", threads=4)
+        name = ck.keys()[0]
+        want = ck.get(name)  # OpenMP team on this thread: its pool does not survive fork
+        want_slice = ck.get_slice(name)[100:900]
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(60)
+            assert np.array_equal(ck.get(name), want)  # the parent's checkpoint
+            assert np.array_equal(ck.get_slice(name)[100:900], want_slice)
+            out = np.empty_like(want)
+            ck.get(name, out=out)
+            assert np.array_equal(out, want)
+            with ctstream.open(sys.argv[1], framework="np") as ck2:  # a fresh one, default threads
+                assert np.array_equal(ck2.get(name), want)
+            ctstream.save_file({"a.weight": torch.randn(1024, 1024)}, sys.argv[2], format="int-quantized")
+            ctstream.compress(sys.argv[1], sys.argv[2] + "-c", format="dense", dtype="bfloat16")
+            os._exit(0)
+        _, st = os.waitpid(pid, 0)
+        assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0, st
+        assert np.array_equal(ck.get(name), want)
+        """, big_ckpt, tmp_path / "child-out")
+    assert (tmp_path / "child-out" / "model.safetensors").exists()
+    assert (tmp_path / "child-out-c" / "model.safetensors").exists()
