@@ -559,6 +559,16 @@ void Job::commit() {
   std::error_code ec;
   fsync_dir(tmp_);
   fs::path old;
+  if (fs::exists(fs::symlink_status(out_, ec)) && !fs::is_empty(out_, ec)) {
+    // One atomic step: OUT is the old or the new output at every instant, even if this process is
+    // killed here (the two-rename fallback below has an instant with no OUT). The temp directory
+    // then holds the old output, which the guard removes.
+    if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, out_.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_dir(out_.parent_path());
+      return;  // guard_ (still set) removes tmp_, now the old output
+    }
+    ec.clear();
+  }
   if (fs::exists(out_, ec)) {
     if (fs::is_empty(out_, ec)) {
       fs::remove(out_, ec);

@@ -469,6 +469,8 @@ TEST_CASE("compress failures name the tensor and leave nothing behind", "[writer
     compress_checkpoint(tmp.path / "in", tmp.path / "busy", ow);
     CHECK(!fs::exists(tmp.path / "busy" / "keep.txt"));
     CHECK(fs::exists(tmp.path / "busy" / "model.safetensors"));
+    for (const auto& e : fs::directory_iterator(tmp.path))  // the old output (swapped out) is gone too
+      CHECK(e.path().filename().string().find("ctstream-") == std::string::npos);
     fs::remove_all(tmp.path / "busy");
   }
   // Cancel and a throwing progress callback stop the job mid-way.
