@@ -311,7 +311,8 @@ uint64_t decode_device(const Checkpoint& ck, const TensorInfo& t, const Cuda& cu
       job.zp_dtype = zp->dtype;
     }
     job.natural = t.dtype;
-    job.exact_sub = t.quant.type == QuantType::int_;
+    job.exact_sub = t.quant.type == QuantType::int_ &&
+                    (job.zp == nullptr || job.zp_dtype == DType::I8 || job.zp_dtype == DType::I32);
     if (const TensorPart* gi = t.part("weight_g_idx")) {  // pack- or naive-quantized (format table)
       // 0.12 act-order: a -1 anywhere means plain order (forward.py `_process_quantization`), as
       // the CPU decoder reads it; validate() checked every other entry is a group index.

@@ -178,7 +178,8 @@ __global__ void quant_kernel(QuantJob j, void* out, uint64_t n) {
     if (j.zp) {
       z = j.zp_dtype == DType::I32  // packed along rows: column g is a code stream over scale rows
               ? c::int_code_value(c::int_code(j.zp + 4 * g, 4 * j.scale_cols, j.bits, j.dense_pack, sr), j.bits)
-              : c::stored_to_f32(j.zp_dtype, j.zp + (sr * j.scale_cols + g) * zsz, false);
+              : c::f32_from_bits(c::round_to(  // rounded to S, as the CPU path (Scales::load_zp)
+                    c::f32_bits(c::stored_to_f32(j.zp_dtype, j.zp + (sr * j.scale_cols + g) * zsz, false)), j.natural));
     }
     store_out(out, o, j.out, c::dequant_element(x, s, j.zp != nullptr, z, j.exact_sub, j.natural, j.out));
   }

@@ -36,7 +36,9 @@ constexpr PartRule kNaive[] = {
     {R::weight, true, dtypes({D::I8, D::F8_E4M3}), S::logical},
     {R::weight_scale, true, kFloat, S::scale},
     {R::weight_zero_point, false, kZeroPoint, S::zero_point},
-    {R::weight_global_scale, false, dtypes({D::F32}), S::scalar},
+    // No weight_global_scale: the naive compressor's decompress never reads one (0.20
+    // naive_quantized/base.py passes none to dequantize; 0.12 refuses to write one), so a stored
+    // one stays a plain tensor, as the library leaves it, instead of dividing the scales.
     // 0.12 act-order: NaiveQuantizationCompressor lists it among its compression params and its
     // decompress_weight hands it to dequantize (0.12.2 quantized_compressors/naive_quantized.py).
     {R::weight_g_idx, false, dtypes({D::I32}), S::cols_vector},
@@ -320,13 +322,22 @@ Why check_part(const PartRule& rule, DType dtype, const Shape& shape, const Geom
     case ShapeRule::scale:
     case ShapeRule::zero_point: {
       const uint64_t want = g.scale.entries();
+      // More than one entry of a 2-D (or higher) weight: 2-D, as the library writes them. A 1-D
+      // [R] channel scale would be broadcast by torch along the LAST dim (per column, or an
+      // error), not per row: refused rather than read either way.
+      if (want > 1 && g.shape.size() >= 2 && shape.size() < 2)
+        return role + " shape " + shape_str(shape) + " must be 2-D for " +
+               std::string(strategy_name(g.quant.strategy)) + " scales [" + std::to_string(g.scale.rows) + ", " +
+               std::to_string(g.scale.cols) + "]";
       if (n != want || (shape.size() >= 2 && shape.back() != g.scale.cols))
         return role + " shape " + shape_str(shape) + " does not match " + std::string(strategy_name(g.quant.strategy)) +
                " scales [" + std::to_string(g.scale.rows) + ", " + std::to_string(g.scale.cols) + "]";
       return {};
     }
     case ShapeRule::scalar:
-      if (n != 1) return role + " must hold one value, shape is " + shape_str(shape);
+      // [1] as the library writes it; 0-d would change torch's arithmetic (a 0-d f32 divisor
+      // keeps a bf16 quotient in bf16), so it is refused rather than decoded another way.
+      if (n != 1 || shape.empty()) return role + " must hold one value as shape [1], shape is " + shape_str(shape);
       return {};
     case ShapeRule::shape_vector: {
       const uint64_t nd = g.shape.size();

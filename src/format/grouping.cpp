@@ -258,6 +258,13 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
       if (b != 1 && b != 2 && b != 4 && b != 8) {
         const uint64_t dense_w = detail::packed_words(C, b, true), old_w = detail::packed_words(C, b, false);
         if (s_.dense_packing) legacy = !*s_.dense_packing;
+        else if (s_.version_unclear && W == dense_w && W == old_w)
+          fail(main, t.name,
+               (s_.version.empty() ? std::string("config.json gives no compressed-tensors version, which would tell")
+                                   : "config.json version '" + s_.version + "' does not tell") +
+                   " the layout of " + std::to_string(b) +
+                   "-bit codes (compressed-tensors changed it between 0.17.1 and 0.18.0) and " + std::to_string(C) +
+                   " columns take " + std::to_string(W) + " words in both");
         else legacy = !(W == dense_w && W != old_w);
       }
       t.quant.legacy_packing = legacy;
@@ -292,6 +299,14 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
   std::stable_partition(t.parts.begin(), t.parts.end(), [&](const TensorPart& q) { return q.key == main.key; });
 
   // 5. Rules across parts, and the dtype the reference decompression returns.
+  // Asymmetric group / channel pack-quantized codes need their zero points: the library refuses
+  // such a tensor without them ("Asymmetric quant requires zero-point values"), so decoding it
+  // with zero points of 0 would be a tensor the reference never produces.
+  if (fmt == Format::pack_quantized && !t.quant.symmetric && !m.get(Role::weight_zero_point) &&
+      (t.quant.strategy == QuantStrategy::group || t.quant.strategy == QuantStrategy::channel))
+    fail(main, t.name,
+         "asymmetric " + std::string(strategy_name(t.quant.strategy)) +
+             " pack-quantized weight has no weight_zero_point part");
   if (sparse && t.quantized && main.dtype != DType::I8 && main.dtype != DType::F8_E4M3)
     fail(main, t.name,
          "sparse values of a quantized weight must be I8 or F8_E4M3, not " + std::string(dtype_name(main.dtype)));

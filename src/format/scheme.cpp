@@ -154,9 +154,22 @@ Scheme parse_scheme_json(const json& root, const std::string& file) {
 
   if (q) {
     if (auto it = q->find("version"); it != q->end() && it->is_string()) s.version = it->get<std::string>();
+    // No version (the library always writes one): the layout of odd widths is not known either.
+    if (s.version.empty()) s.version_unclear = true;
     if (!s.version.empty()) {
-      unsigned major = 0, minor = 0;
-      if (std::sscanf(s.version.c_str(), "%u.%u", &major, &minor) == 2) s.dense_packing = major > 0 || minor >= 18;
+      // PEP 440 as setuptools_scm writes it: "0.20.0", "0.17.2.dev12+g66e631f6", "0.17.2a20260701"
+      // (a leading "v" tolerated). The dense layout of odd widths (pack_to_int32 across word
+      // boundaries, compressed-tensors #732) is in tag 0.18.0 and not in 0.17.1; builds of main in
+      // between are 0.17.2 pre-releases and may be either.
+      const char* v = s.version.c_str() + (s.version[0] == 'v' || s.version[0] == 'V');
+      unsigned major = 0, minor = 0, patch = 0;
+      int used = 0;
+      const int got = std::sscanf(v, "%u.%u%n.%u%n", &major, &minor, &used, &patch, &used);
+      const bool suffix = got >= 2 && v[used] != '\0';
+      if (got < 2) s.version_unclear = true;
+      else if (major == 0 && minor == 17 && (patch > 1 || (patch == 1 && suffix && v[used] != '+')))
+        s.version_unclear = true;  // after 0.17.1 (or a build of 0.17.1 plus commits): either layout
+      else s.dense_packing = major > 0 || minor >= 18;
     }
     if (auto it = q->find("format"); it != q->end() && it->is_string()) {
       const std::string f = it->get<std::string>();

@@ -29,6 +29,10 @@ struct Scheme {
   /// `pack_to_int32` "packs across int32 boundaries"), one word per 32/b codes before.
   /// nullopt when the version is unknown.
   std::optional<bool> dense_packing;
+  /// The version does not tell the layout: none given, a 0.17.2 development / nightly build
+  /// (main between the 0.17.1 and 0.18.0 tags switched layouts) or an unparseable string. Then
+  /// only the stored width can decide, and a width both layouts share is an error.
+  bool version_unclear = false;
   std::optional<Format> global_format;  ///< top-level `format` unless "mixed-precision"/absent
   std::vector<SchemeGroup> groups;
   TargetList group_targets;          ///< every group's targets, in group order

@@ -97,7 +97,11 @@ class Scales {
     if (zp.dtype != DType::I32) {  // unpacked, one per scale entry
       const size_t esz = dtype_bits(zp.dtype) / 8;
       assert(zp.nbytes == zp_.size() * esz);
-      for (uint64_t i = 0; i < zp_.size(); ++i) zp_[i] = to_f32(zp.dtype, raw.data() + i * esz, false);
+      // The library subtracts in the scale's dtype S (forward.py `_dequantize`: x_q.to(S) -
+      // zp.to(S)): a float zero point is first rounded to S (a no-op for integer ones and fp8).
+      for (uint64_t i = 0; i < zp_.size(); ++i)
+        zp_[i] = codecs::f32_from_bits(
+            codecs::round_to(codecs::f32_bits(to_f32(zp.dtype, raw.data() + i * esz, false)), t_.dtype));
       return;
     }
     // Packed along rows (pack_to_int32(packed_dim=0)): column g is a code stream over rows.
@@ -123,8 +127,10 @@ class Scales {
 };
 
 DequantSpec spec_for(const TensorInfo& t, DType out, uint64_t group_size) {
-  // Integer codes (pack / naive int8) minus integer zero points: exact subtraction.
-  const bool ints = t.quant.type == QuantType::int_;
+  // Integer codes (pack / naive int8) minus integer zero points: exact subtraction. A float zero
+  // point (F16 / BF16 / F32) can make x - zp inexact in S: the rounding path.
+  const TensorPart* zp = t.part("weight_zero_point");
+  const bool ints = t.quant.type == QuantType::int_ && (!zp || zp->dtype == DType::I8 || zp->dtype == DType::I32);
   return DequantSpec{t.dtype, out, group_size, ints};
 }
 
