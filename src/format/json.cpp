@@ -47,12 +47,18 @@ class DepthCheck final : public nlohmann::json_sax<json> {
 }  // namespace
 
 bool json_depth_ok(std::string_view text, size_t max_depth) {
+  if (text.find('\0') != std::string_view::npos) return false;  // see parse_json
   DepthCheck c(max_depth);
   return json::sax_parse(text.begin(), text.end(), &c, nlohmann::detail::input_format_t::json, true) && !c.too_deep;
 }
 
 json parse_json(std::string_view text, ErrorKind kind, const std::string& file, const std::string& what,
                 size_t max_depth) {
+  // JSON has no raw NUL anywhere (RFC 8259: control characters are escaped inside strings), and
+  // nlohmann's lexer takes one for the end of the input: whatever followed it - garbage, a second
+  // document - would be ignored. Refused outright, as serde_json (safetensors) and Python do.
+  if (const size_t at = text.find('\0'); at != std::string_view::npos)
+    throw Error(kind, file, "", what + " is not valid JSON: a NUL byte at offset " + std::to_string(at));
   DepthCheck c(max_depth);
   const bool ok = json::sax_parse(text.begin(), text.end(), &c, nlohmann::detail::input_format_t::json, true);
   if (c.too_deep)

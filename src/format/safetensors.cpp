@@ -296,6 +296,10 @@ StHeader parse_header(std::string_view json, uint64_t header_len, uint64_t file_
   h.data_start = 8 + header_len;
   const uint64_t data_len = file_size - h.data_start;
   {
+    // No raw NUL anywhere (json.cpp parse_json: nlohmann's lexer stops at one, and would accept
+    // `{...}\0<anything>`; serde_json refuses it as trailing characters or invalid UTF-8).
+    if (const size_t at = json.find('\0'); at != std::string_view::npos)
+      fail(ErrorKind::invalid_header, file, "", "header is not valid JSON: a NUL byte at offset " + std::to_string(at));
     // The root must be an object: look at the first non-space byte before handing over.
     size_t i = 0;
     while (i < json.size() && (json[i] == ' ' || json[i] == '\t' || json[i] == '\n' || json[i] == '\r')) ++i;

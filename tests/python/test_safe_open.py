@@ -344,3 +344,32 @@ def test_compressed_checkpoints_decode_through_safe_open(case):
     else:
         arrs = ctstream.numpy.load_file(os.path.join(d, "model.safetensors"))
         assert set(arrs) == set(got) and all(np.array_equal(arrs[k], got[k].numpy()) for k in got)
+
+
+def test_numpy_index_arrays_and_0d_numpy_slices_as_safetensors(tmp_path):
+    # Index arrays are compared by identity with Ellipsis (numpy answers == element-wise: an
+    # ambiguous-truth error before); a 0-d tensor sliced with () / ... stays a 0-d numpy array.
+    from safetensors.torch import save_file as st_save_file
+    p = str(tmp_path / "a.safetensors")
+    st_save_file({"x": torch.arange(60, dtype=torch.float32).reshape(3, 4, 5), "s": torch.tensor(2.5)}, p)
+    keys = [np.array([0, 2]), np.array([True, False, True]), (slice(None), np.array([0, 3])),
+            (np.array([1]), Ellipsis)]
+    with st_safe_open(p, "pt") as ref, ctstream.safe_open(p, framework="pt") as got:
+        for k in keys:
+            assert torch.equal(got.get_slice("x")[k], ref.get_slice("x")[k]), k
+    with st_safe_open(p, "np") as ref, ctstream.safe_open(p, framework="np") as got:
+        for k in [(), Ellipsis, (Ellipsis,)]:
+            a, b = got.get_slice("s")[k], ref.get_slice("s")[k]
+            assert type(a) is type(b) is np.ndarray and a.shape == b.shape == () and a == b
+
+
+def test_empty_tensor_numpy_cannot_hold_is_a_ctstream_error(tmp_path):
+    # [0, 2^32, 2^32] F32 is valid safetensors (0 bytes) but no numpy array: a ctstream error, not
+    # numpy's bare ValueError at conversion
+    hdr = json.dumps({"z": {"dtype": "F32", "shape": [0, 2 ** 32, 2 ** 32], "data_offsets": [0, 0]}}).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    p = tmp_path / "z.safetensors"
+    p.write_bytes(struct.pack("<Q", len(hdr)) + hdr)
+    with ctstream.safe_open(str(p), framework="pt") as f:
+        with pytest.raises(ctstream.Error):
+            f.get_tensor("z")

@@ -493,8 +493,8 @@ def _normalize_key(key, shape):
         key = (key,)
     if sum(k is Ellipsis for k in key) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    if Ellipsis in key:
-        i = key.index(Ellipsis)
+    if any(k is Ellipsis for k in key):  # identity: numpy arrays compare element-wise under ==
+        i = next(j for j, k in enumerate(key) if k is Ellipsis)
         key = key[:i] + (slice(None),) * (len(shape) - len(key) + 1) + key[i + 1:]
     if len(key) > len(shape):
         raise IndexError(f"too many indices: tensor is {len(shape)}-dimensional, {len(key)} given")

@@ -46,10 +46,13 @@ def _expand(key, ndim: int) -> Optional[List[Any]]:
         if isinstance(k, bool):
             return None  # a boolean scalar index adds a dimension
         consumed.append(k)
-    if consumed.count(Ellipsis) > 1:
+    # Identity, never ==: a numpy array answers == element by element (and `in` / count() / index()
+    # compare with ==), which made `get_slice(..)[np.array([0, 2])]` an ambiguous-truth error.
+    ellipses = [i for i, k in enumerate(consumed) if k is Ellipsis]
+    if len(ellipses) > 1:
         return None
-    if Ellipsis in consumed:
-        i = consumed.index(Ellipsis)
+    if ellipses:
+        i = ellipses[0]
         consumed = consumed[:i] + [slice(None)] * (ndim - len(consumed) + 1) + consumed[i + 1:]
     consumed += [slice(None)] * (ndim - len(consumed))
     return consumed if len(consumed) == ndim else None
@@ -186,7 +189,8 @@ def rust_index(key, shape: Sequence[int], bits: int = 8) -> Tuple[List[Tuple[int
         items = list(key) if isinstance(key, tuple) else [key]
         if sum(1 for k in items if k is Ellipsis) > 1:
             raise RustIndexError("Only one ellipsis (...) is allowed in slice index")
-        n_expansion = max(0, len(shape) - (len(items) - (1 if Ellipsis in items else 0)))
+        has_ellipsis = any(k is Ellipsis for k in items)  # identity: numpy arrays compare element-wise
+        n_expansion = max(0, len(shape) - (len(items) - (1 if has_ellipsis else 0)))
         indexers = []
         for k in items:
             dim_idx = len(indexers)

@@ -342,7 +342,12 @@ class _Slice:
         t = t[tuple(slice(a, b, st) for a, b, st in ranges)]
         if squeeze:
             t = t.reshape([n for i, n in enumerate(t.shape) if i not in squeeze])
-        t = t.copy() if hasattr(t, "copy") else t.contiguous().clone()
+        # numpy: a 0-d array indexed by () is a scalar; safetensors gives a 0-d array
+        if hasattr(t, "contiguous"):
+            t = t.contiguous().clone()
+        else:
+            import numpy
+            t = numpy.array(t)  # a copy; a 0-d array, not a scalar
         return self._place(t)
 
 

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -292,6 +293,16 @@ std::vector<size_t> packed_shape(DType d, std::vector<size_t> shape, uint64_t by
 
 nb::ndarray<nb::numpy> make_array(const Buffer& b, DType d, std::vector<size_t> shape, uint64_t bytes) {
   if (sub_byte(d)) shape = packed_shape(d, std::move(shape), bytes);
+  // numpy multiplies the dims (zero or not) in a signed 64-bit size: an empty tensor of
+  // [0, 2^32, 2^32] is valid safetensors but no numpy array. A ctstream error, not numpy's bare
+  // ValueError at conversion.
+  uint64_t n = 1;
+  for (size_t v : shape)
+    if (v != 0 && __builtin_mul_overflow(n, static_cast<uint64_t>(v), &n)) n = UINT64_MAX;
+  if (n > static_cast<uint64_t>(INT64_MAX) / 8)
+    raise("unsupported",
+          "a tensor of this shape cannot be a numpy array (the product of its non-zero dims "
+          "overflows numpy's 64-bit size)");
   return nb::ndarray<nb::numpy>(b.data, shape.size(), shape.data(), b.owner, nullptr, storage_dl(d));
 }
 
