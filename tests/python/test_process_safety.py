@@ -90,6 +90,9 @@ _INTERRUPT = """
     # A real SIGINT 0.1 s into the call, sent by a kernel timer (no helper thread that a loaded
     # machine could starve until the write is over): the write takes seconds, so it lands inside
     # it; were the call still in its Python prelude, that too must leave nothing behind.
+    # Python leaves SIGINT ignored when it starts ignored (a background job of a non-interactive
+    # shell, as CI may run this): Ctrl-C semantics need Python's own handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGALRM, lambda *_: signal.raise_signal(signal.SIGINT))
     try:
         if mode == "compress":
