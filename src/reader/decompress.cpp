@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/boundary.hpp"
+#include "core/paths.hpp"
 #include "ctstream/safetensors_writer.hpp"
 #include "format/low_rank.hpp"
 
@@ -13,14 +14,6 @@ namespace ctstream {
 namespace {
 
 namespace fs = std::filesystem;
-
-/// Whether `inner` is `outer` or lies below it (resolved paths).
-bool within(const fs::path& inner, const fs::path& outer) {
-  std::string i = inner.generic_string(), o = outer.generic_string();
-  while (o.size() > 1 && o.back() == '/') o.pop_back();
-  while (i.size() > 1 && i.back() == '/') i.pop_back();
-  return i == o || (i.size() > o.size() && i.compare(0, o.size(), o) == 0 && (o == "/" || i[o.size()] == '/'));
-}
 
 /// Refuses an output that is one of the files the checkpoint was opened from (its shards, its
 /// index, the config.json and decompose_config.json beside them) or that lies inside the
@@ -58,7 +51,7 @@ void check_output(const Checkpoint& ckpt, const fs::path& out) {
       throw Error(ErrorKind::invalid_argument, out.string(), "",
                   "the output is one of the checkpoint's own files (" + f.string() + "); choose another path");
   }
-  if (model_dir && within(out_c, fs::weakly_canonical(dir, ec)))
+  if (model_dir && detail::path_within(out_c, fs::weakly_canonical(dir, ec)))
     throw Error(ErrorKind::invalid_argument, out.string(), "",
                 "the output lies inside the checkpoint directory " + dir.string() +
                     " (it would be read back as part of the checkpoint); choose a path outside it");

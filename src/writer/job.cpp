@@ -18,11 +18,13 @@
 
 #include "codecs/half.hpp"
 #include "core/boundary.hpp"
+#include "core/paths.hpp"
 #include "ctstream/error.hpp"
 #include "ctstream/safetensors_writer.hpp"
 #include "ctstream/writer.hpp"
 #include "format/config_writer.hpp"
 #include "format/low_rank.hpp"
+#include "format/shards.hpp"
 #include "io/output.hpp"
 #include "writer/encode.hpp"
 #include "writer/plan.hpp"
@@ -91,15 +93,6 @@ struct TempDirGuard {
   }
 };
 
-/// Whether `rel` (relative to the input directory) names something inside it: not empty, not
-/// absolute, no `..` component.
-bool contained(const fs::path& rel) {
-  if (rel.empty() || rel.is_absolute() || rel.has_root_name() || rel.has_root_directory()) return false;
-  for (const auto& part : rel)
-    if (part == "..") return false;
-  return true;
-}
-
 /// Whether `p` lies on a kernel pseudo-filesystem (/proc, /sys, ...): its "regular" files are
 /// generated on read (a link into /proc/self would copy the process's environment).
 bool on_pseudo_fs(const fs::path& p) {
@@ -156,18 +149,12 @@ class Job {
 void Job::check_not_nested() const {
   std::error_code ec;
   const fs::path in_c = fs::weakly_canonical(in_, ec), out_c = fs::weakly_canonical(out_, ec);
-  auto within = [](const fs::path& inner, const fs::path& outer) {  // inner is outer or below it
-    std::string i = inner.generic_string(), o = outer.generic_string();
-    while (o.size() > 1 && o.back() == '/') o.pop_back();
-    while (i.size() > 1 && i.back() == '/') i.pop_back();
-    return i == o || (i.size() > o.size() && i.compare(0, o.size(), o) == 0 && (o == "/" || i[o.size()] == '/'));
-  };
-  if (within(in_c, out_c))
+  if (detail::path_within(in_c, out_c))
     fail(ErrorKind::invalid_argument, out_.string(), "",
          in_c == out_c
              ? "output directory is the input"
              : "output directory contains the input " + in_.string() + " (replacing it would delete the input)");
-  if (within(out_c, in_c))
+  if (detail::path_within(out_c, in_c))
     fail(ErrorKind::invalid_argument, out_.string(), "", "output directory lies inside the input " + in_.string());
 }
 
@@ -464,13 +451,8 @@ void Job::copy_others() {
   const fs::path in_canon = fs::weakly_canonical(in_, ec);
   const fs::path blobs =
       in_canon.parent_path().filename() == "snapshots" ? in_canon.parent_path().parent_path() / "blobs" : fs::path{};
-  const auto below = [](const fs::path& p, const fs::path& dir) {
-    if (dir.empty()) return false;
-    const fs::path rel = p.lexically_relative(dir);
-    return !rel.empty() && contained(rel);
-  };
   const auto link_target_allowed = [&](const fs::path& target) {
-    return below(target, in_canon) || below(target, blobs);
+    return detail::path_within(target, in_canon) || detail::path_within(target, blobs);
   };
   // Directory links are not followed (the iterator's default); a file link is copied as the
   // content it resolves to (a Hugging Face cache snapshot is links to ../../blobs/<hash>), only
@@ -488,7 +470,7 @@ void Job::copy_others() {
       continue;
     }
     const fs::path rel = p.lexically_relative(in_);
-    if (!contained(rel)) {
+    if (!format::is_contained_name(rel.string())) {
       if (is_dir) itr.disable_recursion_pending();
       continue;
     }
