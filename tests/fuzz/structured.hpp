@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -257,15 +258,22 @@ inline Checkpoint structured(Bytes& in) {
 
 /// A scratch directory for one fuzzing process (tmpfs when available: the targets write files).
 inline const std::filesystem::path& scratch_dir(const char* tag) {
-  static const std::filesystem::path d = [tag] {
+  // Never destroyed: the exit handler below runs after static destructors registered later.
+  static const std::filesystem::path* const d = [tag] {
     const std::filesystem::path base = std::filesystem::is_directory("/dev/shm")
                                            ? std::filesystem::path("/dev/shm")
                                            : std::filesystem::temp_directory_path();
-    auto p = base / (std::string("ctstream-fuzz-") + tag + "-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(p);
+    auto* p = new std::filesystem::path(base / (std::string("ctstream-fuzz-") + tag + "-" + std::to_string(::getpid())));
+    std::filesystem::create_directories(*p);
+    // Removed when the process exits normally (libFuzzer's -max_total_time / -runs end with
+    // exit()); a crashed run leaves it for the post-mortem.
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(scratch_dir(nullptr), ec);
+    });
     return p;
   }();
-  return d;
+  return *d;
 }
 
 inline void write_file(const std::filesystem::path& p, const std::string& bytes) {
