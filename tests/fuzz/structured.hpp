@@ -263,7 +263,8 @@ inline const std::filesystem::path& scratch_dir(const char* tag) {
     const std::filesystem::path base = std::filesystem::is_directory("/dev/shm")
                                            ? std::filesystem::path("/dev/shm")
                                            : std::filesystem::temp_directory_path();
-    auto* p = new std::filesystem::path(base / (std::string("ctstream-fuzz-") + tag + "-" + std::to_string(::getpid())));
+    auto* p =
+        new std::filesystem::path(base / (std::string("ctstream-fuzz-") + tag + "-" + std::to_string(::getpid())));
     std::filesystem::create_directories(*p);
     // Removed when the process exits normally (libFuzzer's -max_total_time / -runs end with
     // exit()); a crashed run leaves it for the post-mortem.
