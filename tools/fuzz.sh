@@ -89,8 +89,9 @@ mkdir -p "$corpus" "$work"
 log=build-fuzz/findings/campaign-$t-$(date +%Y%m%d-%H%M%S).log
 status=0
 # JOBS independent fuzzers sharing one work corpus (each picks up what the others add, -reload):
-# libFuzzer's -fork mode restarts a child every few seconds on a corpus subset, which cost these
-# slow targets half their executions. Totals are the sums of the per-process final stats.
+# libFuzzer's -fork mode restarts a child every few seconds on a corpus subset, which cost the
+# slow targets most of their executions (measured rates: tests/fuzz/README.md). Totals are the sums
+# of the per-process final stats (a process killed by a finding prints none: its row is FINDING).
 pids=()
 for i in $(seq 1 "$jobs"); do
   build-fuzz/bin/fuzz_$t "${COMMON[@]}" $(extra "$t") -max_total_time="$secs" -artifact_prefix=build-fuzz/findings/$t- \
