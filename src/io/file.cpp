@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "ctstream/error.hpp"
+#include "io/retry.hpp"
 
 namespace ctstream::io {
 namespace {
@@ -34,7 +35,7 @@ class Fd {
 
 uint64_t current_size(int fd, const std::string& path) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) fail_errno(path, "fstat failed");
+  if (retry_eintr([&] { return ::fstat(fd, &st); }) != 0) fail_errno(path, "fstat failed");
   return static_cast<uint64_t>(st.st_size);
 }
 
@@ -137,11 +138,13 @@ std::unique_ptr<File> File::open(const std::filesystem::path& path, Mode mode) {
   // O_NONBLOCK: a FIFO (or a device) swapped in for a file after the caller checked it would
   // otherwise block this open() until some writer shows up; it is refused below instead. On a
   // regular file the flag changes nothing.
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = retry_eintr([&] { return ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); });
   if (fd < 0) fail_errno(p, "cannot open");
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
+  if (retry_eintr([&] { return ::fstat(fd, &st); }) != 0) {
+    const int err = errno;
     ::close(fd);
+    errno = err;
     fail_errno(p, "fstat failed");
   }
   if (!S_ISREG(st.st_mode)) {

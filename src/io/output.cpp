@@ -14,6 +14,7 @@
 #include <random>
 
 #include "ctstream/error.hpp"
+#include "io/retry.hpp"
 
 namespace ctstream::io {
 namespace {
@@ -126,7 +127,8 @@ void remove_registered_temps() noexcept {
 TempFile::TempFile(const std::filesystem::path& dir, const std::string& stem) {
   for (int attempt = 0; attempt < 16; ++attempt) {
     path_ = dir / ("." + stem + ".ctstream-tmp-" + random_token());
-    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    const int fd =
+        retry_eintr([&] { return ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666); });
     if (fd < 0) {
       if (errno == EEXIST) continue;  // someone else's name: draw another
       fail_errno(path_, "cannot create a temporary file", errno);

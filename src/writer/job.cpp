@@ -26,6 +26,7 @@
 #include "format/low_rank.hpp"
 #include "format/shards.hpp"
 #include "io/output.hpp"
+#include "io/retry.hpp"
 #include "writer/encode.hpp"
 #include "writer/plan.hpp"
 #include "writer/report.hpp"
@@ -52,7 +53,7 @@ std::string lower(std::string s) {
 }
 
 void fsync_dir(const fs::path& d) {
-  const int fd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY);
+  const int fd = io::retry_eintr([&] { return ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
   if (fd >= 0) {
     (void)::fsync(fd);
     ::close(fd);
@@ -499,18 +500,20 @@ void Job::copy_others() {
 void Job::copy_file_into(const fs::path& src, const struct stat& expect, const fs::path& dst) const {
   // O_NONBLOCK: were `src` swapped for a FIFO since stat(), opening it does not wait for a writer;
   // the fstat below refuses anything but the regular file that was checked.
-  const int in = ::open(src.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  const int in = io::retry_eintr([&] { return ::open(src.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC); });
   if (in < 0) fail(ErrorKind::io, src.string(), "", std::string("cannot open: ") + std::strerror(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } close_in{in};
   struct stat st {};
-  if (::fstat(in, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != expect.st_dev || st.st_ino != expect.st_ino)
+  if (io::retry_eintr([&] { return ::fstat(in, &st); }) != 0 || !S_ISREG(st.st_mode) || st.st_dev != expect.st_dev ||
+      st.st_ino != expect.st_ino)
     fail(ErrorKind::io, src.string(), "", "changed while being copied (no longer the regular file listed)");
   // Created exclusively inside the writer's own temporary directory: a name the writer has
   // written already is an error, never overwritten.
-  const int out = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  const int out =
+      io::retry_eintr([&] { return ::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666); });
   if (out < 0)
     fail(ErrorKind::io, dst.string(), "",
          std::string("cannot create the copy of ") + src.string() + ": " + std::strerror(errno));

@@ -2,11 +2,15 @@
 // case gives the expected ctstream::Error kind - naming the file and the tensor - at the expected
 // stage, in both io modes, and nothing else: no other exception type, no crash, no hang. Plus the
 // cases that need a running process: files truncated after open (every fixture format), and
-// several threads advancing one Stream.
+// several threads advancing one Stream, and system calls interrupted by a signal.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +21,7 @@
 
 #include "ctstream/ctstream.hpp"
 #include "helpers.hpp"
+#include "io/retry.hpp"
 
 using namespace ctstream;
 namespace fs = std::filesystem;
@@ -236,4 +241,60 @@ TEST_CASE("names that exist but are no readable regular file are io errors namin
       }
     }
   }
+}
+
+namespace {
+std::atomic<int> g_usr1{0};
+void on_usr1(int) { g_usr1.fetch_add(1); }
+}  // namespace
+
+TEST_CASE("a system call interrupted by a signal (no SA_RESTART, as CPython installs them) is retried",
+          "[hostile][eintr]") {
+  // A real interruption, not a simulated errno: a read blocked on an empty pipe is hit by SIGUSR1
+  // until the kernel has returned EINTR at least once (the call was made twice), then data comes.
+  struct sigaction sa {};
+  struct sigaction old {};
+  sa.sa_handler = on_usr1;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: the blocked read returns -1 / EINTR
+  REQUIRE(::sigaction(SIGUSR1, &sa, &old) == 0);
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  std::atomic<int> calls{0};
+  std::atomic<bool> returned{false};  // a helper that gave up early must fail the test, not hang it
+  ssize_t wrote = 0;
+  const pthread_t reader = ::pthread_self();
+  std::thread poke([&] {
+    while (calls.load() < 2 && !returned.load()) {
+      ::pthread_kill(reader, SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const char one = 'x';
+    wrote = ::write(p[1], &one, 1);  // checked on the test's thread (Catch2 asserts are not thread-safe)
+  });
+  char got = 0;
+  const ssize_t r = io::retry_eintr([&] {
+    calls.fetch_add(1);
+    return ::read(p[0], &got, 1);
+  });
+  returned = true;
+  poke.join();
+  CHECK(wrote == 1);
+  CHECK(r == 1);
+  CHECK(got == 'x');
+  CHECK(calls.load() >= 2);
+  CHECK(g_usr1.load() >= 1);
+  // A real error is returned at once, errno intact.
+  int n = 0;
+  const int fd = io::retry_eintr([&] {
+    ++n;
+    return ::open("/nonexistent-ctstream-eintr-test", O_RDONLY);
+  });
+  const int err = errno;
+  CHECK(fd == -1);
+  CHECK(err == ENOENT);
+  CHECK(n == 1);
+  ::close(p[0]);
+  ::close(p[1]);
+  ::sigaction(SIGUSR1, &old, nullptr);
 }
