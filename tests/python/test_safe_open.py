@@ -90,14 +90,19 @@ def pt_index_forms():
     return [slice(None), 0, -1, 1, slice(1, None), slice(None, 2), slice(1, 10), slice(2, 1), slice(None, None, 2),
             (Ellipsis, 0), None, (slice(None), None), True, False, [0], [], [0, 1], torch.tensor(1), np.int64(1), (0,),
             (), (0, 0), -9, 9, 1.0, "a", (Ellipsis, Ellipsis), (slice(None),) * 4, slice(None, None, -1),
-            slice(-2, None), (slice(None), slice(1, 3)), torch.tensor([True, False, True, False, True])]
+            slice(-2, None), (slice(None), slice(1, 3)), torch.tensor([True, False, True, False, True]),
+            (slice(None), slice(None, None, 2**63 - 1)), slice(None, None, -2**63), 2**63, (Ellipsis, 2**64)]
 
 
 def np_index_forms():
     return [slice(None), 0, -1, 1, slice(1, None), slice(None, 2), slice(1, 10), slice(None, None, 2), (Ellipsis, 0),
             None, True, [0], [], np.int64(1), (0,), (), (0, 0), -9, 9, 1.0, (Ellipsis, Ellipsis), (slice(None),) * 4,
             slice(None, None, -1), slice(-2, None), (slice(None), slice(1, 3)), 2**31, slice(2, 1), slice(1, None, 2),
-            (slice(None), slice(None, None, 3)), (Ellipsis, slice(1, 2)), slice(0, 0), (slice(None), 0, slice(None, None, 2))]
+            (slice(None), slice(None, None, 3)), (Ellipsis, slice(1, 2)), slice(0, 0), (slice(None), 0, slice(None, None, 2)),
+            # Python ints past the Rust integer each slice field is extracted as (usize, isize)
+            slice(None, None, 2**63 - 1), slice(None, None, 2**63), slice(None, None, -2**63), slice(None, None, -2**63 - 1),
+            slice(2**64, None), slice(None, 2**64), slice(2**63, None), (slice(None), slice(None, None, 2**64)),
+            slice(-1, None, 2**64), 2**63, 2**64]
 
 
 def outcome(fn):
@@ -111,7 +116,10 @@ def same_values(a, b, fw):
     if fw == "pt":
         if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
             return False
-        return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)) if a.numel() else True
+        # bytes, copied into fresh standard strides (a size-1 dim may carry any stride, which
+        # contiguous() keeps and view(uint8) refuses)
+        raw = lambda t: torch.empty(t.shape, dtype=t.dtype).copy_(t).reshape(-1).view(torch.uint8)  # noqa: E731
+        return torch.equal(raw(a), raw(b)) if a.numel() else True
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
@@ -288,6 +296,12 @@ def test_errors_are_the_types_people_catch(tmp_path):
             call()
         assert isinstance(e.value, ctstream.ClosedError)
     assert s[0:1].shape == (1,) or list(s[0:1].shape) == [1]  # slices obtained before close still work
+    for fw in (None, 1, b"pt"):  # argument extraction: a TypeError, as safetensors raises
+        with pytest.raises(TypeError):
+            st_safe_open(p, fw)
+        with pytest.raises(TypeError, match="argument 'framework': .* is not an instance of 'str'") as e:
+            ctstream.safe_open(p, fw)
+        assert isinstance(e.value, ctstream.Error)
     with pytest.raises(SafetensorError, match="framework PT is invalid"):
         ctstream.safe_open(p, "PT")
     with pytest.raises(SafetensorError, match="is not supported for framework numpy"):

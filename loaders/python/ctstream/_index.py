@@ -132,7 +132,7 @@ def _shift(k, a: int, b: int, n: int):
 def plan(key, shape: Sequence[int], framework: str) -> Plan:
     """Checks `key` with the framework's own indexing (raising exactly its error) and returns
     which block to decode and the key to apply to that block."""
-    _dummy(shape, framework)[key]  # raises IndexError / ValueError / TypeError as torch or numpy would
+    want = _dummy(shape, framework)[key].shape  # raises IndexError / ValueError / TypeError as torch / numpy would
     if isinstance(key, list) and not all(_is_int(k) for k in key):
         return (None, 0, 0, key)  # a top-level list holding sequences is read as a tuple by torch
     entries = _expand(key, len(shape))
@@ -165,7 +165,17 @@ def plan(key, shape: Sequence[int], framework: str) -> Plan:
         else:
             new.append(_shift(k, a, b, shape[d]) if src == d else k)
             src += 1
-    return (d, a, b, tuple(new) if isinstance(key, tuple) else new[0])
+    k2 = tuple(new) if isinstance(key, tuple) else new[0]
+    # The shifted key must give the shape the framework gives on the whole tensor; where it does
+    # not (torch computes x[:, ::2**63-1] as 0 columns: an overflow of its own), the whole tensor
+    # is decoded and the original key applied, so the answer is the framework's, quirks included.
+    block = list(shape)
+    block[d] = b - a
+    try:
+        same = _dummy(block, framework)[k2].shape == want
+    except (IndexError, ValueError, TypeError, RuntimeError):
+        same = False
+    return (d, a, b, k2) if same else (None, 0, 0, key)
 
 
 # ---- safetensors' own index parser (framework "np", backend "pread") ----------------------------
@@ -197,12 +207,17 @@ def rust_index(key, shape: Sequence[int], bits: int = 8) -> Tuple[List[Tuple[int
             if k is Ellipsis:
                 indexers += [("narrow", None, None, 1)] * n_expansion
             elif isinstance(k, slice):
+                # extracted as Rust usize (start, stop) and isize (step), in that order
                 start = None if k.start is None else operator.index(k.start)
                 stop = None if k.stop is None else operator.index(k.stop)
                 for v in (start, stop):
                     if v is not None and v < 0:
                         raise OverflowError("can't convert negative int to unsigned")
+                    if v is not None and v >= 2**64:
+                        raise OverflowError("int too big to convert")
                 step = 1 if k.step is None else operator.index(k.step)
+                if not -(2**63) <= step < 2**63:
+                    raise OverflowError("Python int too large to convert to C long")
                 if step < 1:
                     raise RustIndexError(f"Slice step must be a positive integer, got {step}")
                 indexers.append(("narrow", start, stop, step))

@@ -18,7 +18,13 @@ Semantics followed (safetensors 0.8.0, bindings/python/src/lib.rs), so that repl
   and F4 as safetensors does;
 * errors of the types safetensors raises: a missing file is a ``FileNotFoundError``, a closed
   handle, an unknown name, a bad header ... are ``safetensors.SafetensorError`` when safetensors is
-  installed. Every error is also a ``ctstream.Error`` (and the unknown name a ``KeyError``).
+  installed; a ``framework`` that is no str is a ``TypeError``, a slice bound past the Rust integer
+  safetensors extracts it as (usize start/stop, isize step; ``framework="np"``) an
+  ``OverflowError``. Every error is also a ``ctstream.Error`` (and the unknown name a ``KeyError``).
+
+Known difference: a tensor with no elements whose other dims multiply past 2**63 (``[0, 2**32,
+2**32]``, valid safetensors) is an error here in both frameworks; safetensors gives an empty torch
+tensor with ``framework="pt"``.
 
 Beyond safetensors: a directory (sharded checkpoint) opens too, compressed tensors decode, and
 ``get_tensor(name, dtype=...)`` converts floating tensors.
@@ -111,7 +117,10 @@ class safe_open:  # noqa: N801 - the name safetensors uses
         if isinstance(filename, bytes) or not isinstance(filename, (str, os.PathLike)):
             raise _builtin_error(builtins.TypeError, f"argument 'filename': expected str or os.PathLike object, "
                                                      f"not {type(filename).__name__}")
-        fw = _FRAMEWORKS.get(framework) if isinstance(framework, str) else None
+        if not isinstance(framework, str):  # safetensors: a TypeError from argument extraction
+            what = "'None'" if framework is None else f"'{type(framework).__name__}' object"
+            raise _builtin_error(builtins.TypeError, f"argument 'framework': {what} is not an instance of 'str'")
+        fw = _FRAMEWORKS.get(framework)
         if fw is None:
             if framework in _OTHER_FRAMEWORKS:
                 raise _error(ctstream.InvalidArgumentError, f"framework {framework} is not supported by ctstream.safe_open "
@@ -339,7 +348,9 @@ class _Slice:
             t = self._decode(d, a0, b0) if b0 > a0 else self._decode()
             if b0 > a0:
                 ranges[d] = (0, b0 - a0, st0)
-        t = t[tuple(slice(a, b, st) for a, b, st in ranges)]
+        # a step past the range picks its first element only: capped so that torch (which
+        # overflows on a step near 2**63: x[::2**63-1] is an error) slices as Rust does
+        t = t[tuple(slice(a, b, min(st, max(b - a, 1))) for a, b, st in ranges)]
         if squeeze:
             t = t.reshape([n for i, n in enumerate(t.shape) if i not in squeeze])
         # numpy: a 0-d array indexed by () is a scalar; safetensors gives a 0-d array
