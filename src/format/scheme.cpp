@@ -122,9 +122,15 @@ QuantArgs parse_args(const json& j, const std::string& file) {
   for (const auto& [n, st] : names)
     if (strategy == n) a.strategy = st, known = true;
   if (!known) bad(file, "unknown quantization strategy '" + strategy + "'");
+  // Both library lines refuse a positive group_size on any other strategy (quant_args.py
+  // validate_model_after, 0.12 and 0.20: "group_size requires strategy to be set to 'group'"):
+  // such a config names two layouts at once, and the scales could fit either.
   if (a.strategy == QuantStrategy::group || a.strategy == QuantStrategy::tensor_group) {
     if (gs <= 0) bad(file, "strategy " + strategy + " needs a positive group_size");
     a.group_size = static_cast<uint64_t>(gs);
+  } else if (gs > 0) {
+    bad(file, "group_size " + std::to_string(gs) + " requires strategy 'group' or 'tensor_group', not '" + strategy +
+                  "' (compressed-tensors refuses this config)");
   }
   if (a.strategy == QuantStrategy::block && !a.block_rows) bad(file, "strategy block needs block_structure");
   return a;

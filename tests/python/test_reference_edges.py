@@ -134,6 +134,25 @@ def test_asymmetric_pack_without_zero_point_is_refused(tmp_path: Path) -> None:
     _refused(tmp_path, "asym", qconfig(w, "pack-quantized"), parts, "no weight_zero_point")
 
 
+@pytest.mark.parametrize("strategy", ["channel", "tensor", "block", "token"])
+def test_group_size_on_another_strategy_is_refused_as_the_library_does(tmp_path: Path, strategy: str) -> None:
+    # quant_args.py validate_model_after (0.12 and 0.20): "group_size requires strategy to be set
+    # to 'group'"; the config names two layouts, and [R, C/128] scales would fit the group one
+    from compressed_tensors.quantization import QuantizationArgs
+    w = dict(num_bits=8, type="int", strategy=strategy, group_size=32, symmetric=True)
+    if strategy == "block":
+        w["block_structure"] = [16, 16]
+    if strategy == "token":
+        w["dynamic"] = True
+    with pytest.raises(ValueError, match="group_size requires strategy"):
+        QuantizationArgs.model_validate(w)
+    d = write(tmp_path / strategy, qconfig(w, "int-quantized"),
+              {"weight": int8_codes(16, 64, 15), "weight_scale": scales((16, 2), 16)})
+    with pytest.raises(ctstream.Error, match=f"group_size 32 requires strategy 'group' or 'tensor_group', not '{strategy}'") as e:
+        ctstream.open(d)
+    assert e.value.kind == "invalid_config" and e.value.file.endswith("config.json")
+
+
 @pytest.mark.parametrize("version", ["0.17.2.dev12+g66e631f6", "0.17.2a20260701", None])
 def test_odd_width_layout_the_version_does_not_tell_is_refused(tmp_path: Path, version) -> None:
     # 3-bit codes, 20 columns: 2 int32 words in both layouts (0.17: 10 codes per word; 0.18+: 60 bits

@@ -113,11 +113,14 @@ TEST_CASE("legacy config spellings: compression_config and a top-level sparsity_
 }
 
 TEST_CASE("malformed quantization configs are invalid_config errors naming the file", "[scheme]") {
-  for (const char* bad : {R"({"config_groups": {"g": {"weights": {"num_bits": 4, "strategy": "diagonal"}}}})",
-                          R"({"config_groups": {"g": {"weights": {"num_bits": -4}}}})",
-                          R"({"config_groups": {"g": {"weights": {"num_bits": 4, "strategy": "group"}}}})",
-                          R"({"config_groups": {"g": {"targets": ["re:(unclosed"], "weights": {"num_bits": 4}}}})",
-                          R"({"format": "zip-quantized"})", R"({"config_groups": []})"}) {
+  for (const char* bad :
+       {R"({"config_groups": {"g": {"weights": {"num_bits": 4, "strategy": "diagonal"}}}})",
+        R"({"config_groups": {"g": {"weights": {"num_bits": -4}}}})",
+        R"({"config_groups": {"g": {"weights": {"num_bits": 4, "strategy": "group"}}}})",
+        R"({"config_groups": {"g": {"weights": {"num_bits": 4, "strategy": "channel", "group_size": 128}}}})",
+        R"({"config_groups": {"g": {"weights": {"num_bits": 8, "strategy": "tensor", "group_size": 32}}}})",
+        R"({"config_groups": {"g": {"targets": ["re:(unclosed"], "weights": {"num_bits": 4}}}})",
+        R"({"format": "zip-quantized"})", R"({"config_groups": []})"}) {
     INFO(bad);
     try {
       parse(bad);
