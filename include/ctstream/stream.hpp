@@ -57,13 +57,17 @@ class Stream {
 
   /// Starts decoding ahead immediately. The Checkpoint must outlive the Stream.
   Stream(const Checkpoint& ckpt, StreamOptions options = {});
-  ~Stream();  ///< stops and joins the worker
+  /// Stops and joins the worker. In a fork()ed child (where the worker does not exist) it joins
+  /// nothing and leaves the child's copy of the stream's memory as it is.
+  ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
   /// The next tensor, decoded; nullopt after the last. Rethrows (as ctstream::Error) a decode
   /// error at the tensor it concerns. The previous item's data is released by this call. Safe
   /// to call from several threads: calls are served one at a time, each gets its own item.
+  /// In a fork()ed child a Stream made before the fork throws Error{unsupported}: make a new one.
+  /// (Decodes in a forked child run on the calling thread: OpenMP's pool does not survive fork.)
   std::optional<Item> next();
   /// Number of tensors this stream delivers.
   size_t size() const noexcept;

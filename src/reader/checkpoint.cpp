@@ -1,11 +1,10 @@
-#include <omp.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
 
 #include "core/boundary.hpp"
 #include "core/checked.hpp"
+#include "core/fork.hpp"
 #include "format/grouping.hpp"
 #include "format/low_rank.hpp"
 #include "format/safetensors.hpp"
@@ -37,8 +36,8 @@ std::span<const std::byte> Checkpoint::Impl::bytes(const TensorPart& p, uint64_t
 }
 
 unsigned Checkpoint::Impl::threads() const {
-  if (unsigned n = reader::ScopedDecodeThreads::current()) return n;
-  return opt.threads ? opt.threads : static_cast<unsigned>(std::max(1, omp_get_max_threads()));
+  if (unsigned n = reader::ScopedDecodeThreads::current()) return core::team_size(n);
+  return core::team_size(opt.threads);
 }
 
 namespace reader {

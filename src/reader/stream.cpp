@@ -3,10 +3,11 @@
 #include "ctstream/stream.hpp"
 
 #include "core/boundary.hpp"
+#include "core/fork.hpp"
 #include "io/memory.hpp"
 #include "reader/internal.hpp"
 
-#include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -106,6 +107,10 @@ struct Stream::Impl {
   std::condition_variable cv_space, cv_ready;
   bool stop = false;
   std::thread worker;
+  const pid_t pid = ::getpid();  // the process `worker` runs in
+
+  // A fork()ed child's copy: no worker runs here, and the parent's may have held any lock.
+  bool foreign() const noexcept { return ::getpid() != pid; }
 
   Impl(const Checkpoint& c, StreamOptions o) : ck(c), opt(std::move(o)) {
     if (opt.order.empty()) {
@@ -221,9 +226,9 @@ struct Stream::Impl {
   void run() {
     // Default: the Checkpoint's decode threads less one, which stays with the consumer (copying
     // items out, uploading them): an OpenMP team spinning on every core would starve it.
-    const unsigned ck_threads =
-        ck.options().threads ? ck.options().threads : static_cast<unsigned>(std::max(1, omp_get_max_threads()));
-    const unsigned threads = opt.threads ? opt.threads : std::max(1u, ck_threads - 1);
+    // In a forked child: 1 (core/fork.hpp).
+    const unsigned ck_threads = core::team_size(ck.options().threads);
+    const unsigned threads = core::team_size(opt.threads ? opt.threads : std::max(1u, ck_threads - 1));
     size_t i = 0;
     while (i < order.size()) {
       // A batch: one large tensor (decoded with all threads), or a run of small ones (one
@@ -270,6 +275,10 @@ struct Stream::Impl {
   }
 
   std::optional<Item> next() {
+    if (foreign())
+      throw Error(ErrorKind::unsupported, "", "",
+                  "this Stream was made in another process (before a fork): its decode thread does not exist here; "
+                  "make a new Stream in this process");
     // Consumers are served one at a time: a second thread waits here until the first has its
     // item (which then stays valid until the next call to next(), from any thread).
     std::lock_guard<std::mutex> one_consumer(next_mu);
@@ -297,12 +306,17 @@ struct Stream::Impl {
 
 Stream::Stream(const Checkpoint& ckpt, StreamOptions options)
     : impl_(detail::at_boundary("", "", [&] { return std::make_unique<Impl>(ckpt, std::move(options)); })) {}
-Stream::~Stream() = default;
+Stream::~Stream() {
+  // In a forked child, joining the parent's worker (or taking a lock it held) would wait forever:
+  // the copy is left as it is (its memory is the child's copy of the parent's pages).
+  if (impl_ && impl_->foreign()) (void)impl_.release();
+}
 std::optional<Stream::Item> Stream::next() {
   return detail::at_boundary("", "", [&] { return impl_->next(); });
 }
 size_t Stream::size() const noexcept { return impl_->order.size(); }
 uint64_t Stream::peak_held_bytes() const noexcept {
+  if (impl_->foreign()) return impl_->peak;  // no worker here to race with; its lock may be held
   std::lock_guard<std::mutex> lk(impl_->mu);
   return impl_->peak;
 }

@@ -7,6 +7,7 @@
 
 #include "codecs/half.hpp"
 #include "codecs/minifloat.hpp"
+#include "core/fork.hpp"
 
 namespace ctstream::writer {
 namespace {
@@ -189,7 +190,8 @@ QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, c
   const bool per_row = a.strategy == QuantStrategy::channel || a.strategy == QuantStrategy::group ||
                        a.strategy == QuantStrategy::tensor_group;
   if (per_row) {
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin) \
+    num_threads(static_cast <int>(core::team_size()))
     for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r)
       for (uint64_t c = 0; c < cols; ++c) {
         const uint64_t i = scale_index(a, cols, static_cast<uint64_t>(r), c);
@@ -241,7 +243,8 @@ void quantize(const float* w, uint64_t rows, uint64_t cols, DType d, const Weigh
   const float qmin = qrange.first, qmax = qrange.second;
   const bool fp4 = a.type == QuantType::float_ && a.num_bits == 4;
   const bool fp8 = a.type == QuantType::float_ && a.num_bits == 8;
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin) \
+    num_threads(static_cast <int>(core::team_size()))
   for (int64_t rr = 0; rr < static_cast<int64_t>(rows); ++rr) {
     const uint64_t r = static_cast<uint64_t>(rr);
     for (uint64_t c = 0; c < cols; ++c) {
@@ -274,7 +277,8 @@ void dequantize(const uint8_t* codes, uint64_t rows, uint64_t cols, DType d, con
                 float* out) {
   const bool fp4 = a.type == QuantType::float_ && a.num_bits == 4;
   const bool fp8 = a.type == QuantType::float_ && a.num_bits == 8;
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin) \
+    num_threads(static_cast <int>(core::team_size()))
   for (int64_t rr = 0; rr < static_cast<int64_t>(rows); ++rr) {
     const uint64_t r = static_cast<uint64_t>(rr);
     for (uint64_t c = 0; c < cols; ++c) {
@@ -296,7 +300,8 @@ std::vector<int32_t> pack_int32_rows(const int8_t* q, uint64_t rows, uint64_t co
   const uint64_t words = (cols * bits + 31) / 32;
   std::vector<uint32_t> out(rows * words, 0u);
   const uint32_t offset = 1u << (bits - 1), mask = (bits == 32 ? ~0u : (1u << bits) - 1u);
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin) \
+    num_threads(static_cast <int>(core::team_size()))
   for (int64_t rr = 0; rr < static_cast<int64_t>(rows); ++rr) {
     const uint64_t r = static_cast<uint64_t>(rr);
     uint32_t* row = out.data() + r * words;

@@ -1,6 +1,16 @@
 // Stream: delivers exactly what decode_into gives, in order, within its budget — through ring
-// wrap-around, oversize tensors, caller-owned destinations and caller-given orders.
+// wrap-around, oversize tensors, caller-owned destinations and caller-given orders; and in a
+// fork()ed child.
 #include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <thread>
 
 #include "ctstream/ctstream.hpp"
 #include "helpers.hpp"
@@ -135,4 +145,102 @@ TEST_CASE("byte counts parse with decimal and binary units", "[stream]") {
   CHECK(parse_bytes(".5KiB") == 512ull);
   CHECK(parse_bytes("4611686018427387904") == (1ull << 62));
   CHECK(parse_bytes(" 3 kb ") == 3000ull);
+}
+
+TEST_CASE("a fork()ed child decodes on its own thread and refuses the parent's Stream, never hangs", "[stream][fork]") {
+  // GNU OpenMP's pool does not survive fork(): a parallel region in the child would wait forever
+  // for the parent's pool threads. The parent builds pools (a Stream decoding batches of small
+  // tensors on 4 threads; a large decode_into on this thread), keeps a Stream running, and forks;
+  // the child must decode everything (same bytes) and get an error, not a hang, from the
+  // parent's Stream.
+  th::TempDir tmp("fork");
+  std::vector<std::pair<std::string, Shape>> specs;
+  for (int i = 0; i < 24; ++i) {
+    char name[8];  // not "t" + to_string(i): GCC 12's -Wrestrict false positive on it
+    std::snprintf(name, sizeof name, "t%02d", i);
+    specs.push_back({name, {64, 96}});
+  }
+  specs.push_back({"big", {1024, 2048}});  // 8 MiB as F32: decode_into splits it across the team
+  OpenOptions o;
+  o.threads = 4;
+  auto ck = Checkpoint::open(write_model(tmp.path, specs), o);
+  std::vector<std::vector<std::byte>> want;
+  StreamOptions so;
+  so.threads = 4;
+  so.dtype = DType::F32;
+  {
+    Stream warm(ck, so);
+    while (auto it = warm.next()) want.emplace_back(it->data.begin(), it->data.end());
+  }
+  REQUIRE(want.size() == specs.size());
+  // ... and on this thread, whose pool is the one a child's decode_into would reuse
+  REQUIRE(direct(ck, ck.at("big"), DType::F32) == want.back());
+  Stream parents(ck, so);
+  REQUIRE(parents.next());  // its worker runs (and may hold its locks) when the fork happens
+
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // exit codes say what failed; _exit: no atexit handlers, no Catch2 teardown
+    int code = 0;
+    try {
+      (void)parents.next();
+      code = 10;  // the parent's Stream answered
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::unsupported || std::string(e.what()).find("fork") == std::string::npos) code = 11;
+    } catch (...) {
+      code = 12;
+    }
+    size_t i = 0;
+    try {
+      Stream mine(ck, so);
+      for (; auto it = mine.next(); ++i)
+        if (i >= want.size() || !std::equal(it->data.begin(), it->data.end(), want[i].begin(), want[i].end()))
+          code = code ? code : 20;
+      const TensorInfo& big = ck.at("big");
+      std::vector<std::byte> out(big.decoded_bytes(DType::F32));
+      ck.decode_into(big, out, DType::F32);
+      if (out != want.back()) code = code ? code : 21;
+    } catch (...) {
+      code = code ? code : 22;
+    }
+    if (i != want.size()) code = code ? code : 23;
+    ::_exit(code);  // the parent's Stream is left alone (its destructor, run here, would leak it)
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int waited_ms = 0; waited_ms < 120000 && (done = ::waitpid(child, &status, WNOHANG)) == 0; waited_ms += 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (done == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL("the forked child hung (killed after 120 s)");
+  }
+  INFO("child: " << (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                         : "exit code " + std::to_string(WEXITSTATUS(status))));
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+}
+
+TEST_CASE("a Stream made before fork() is destroyed in the child without waiting on the parent's worker",
+          "[stream][fork]") {
+  th::TempDir tmp("forkdtor");
+  auto ck = Checkpoint::open(write_model(tmp.path, {{"a", {256, 256}}, {"b", {256, 256}}, {"c", {256, 256}}}));
+  auto s = std::make_unique<Stream>(ck);
+  REQUIRE(s->next());
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    (void)s->peak_held_bytes();
+    s.reset();  // joining the parent's worker here would hang
+    ::_exit(0);
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int waited_ms = 0; waited_ms < 60000 && (done = ::waitpid(child, &status, WNOHANG)) == 0; waited_ms += 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (done == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL("the child hung destroying the parent's Stream (killed after 60 s)");
+  }
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
 }

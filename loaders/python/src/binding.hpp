@@ -2,12 +2,7 @@
 #pragma once
 #include <nanobind/nanobind.h>
 
-#include <memory>
 #include <string>
-
-namespace ctstream::reader {
-class ScopedDecodeThreads;
-}
 
 namespace ctstream_py {
 
@@ -18,23 +13,6 @@ extern PyObject* g_classes;  // kind name -> subclass of Error (registered by ct
 void set_error(const std::string& kind, const std::string& message, const std::string& file, const std::string& tensor);
 /// Raises ctstream.<class of kind> from binding code (arguments the C++ API never sees).
 [[noreturn]] void raise(const char* kind, const std::string& message, const std::string& tensor = "");
-
-/// True in a child process forked after the module was imported.
-bool forked();
-/// Registers the fork handler behind forked() (module init).
-void install_fork_handler();
-/// Scoped, on the calling thread: in a forked child, decodes and compression use this thread only
-/// (OpenMP's pool is the parent's and does not exist in the child); elsewhere nothing.
-class ForkSafeThreads {
- public:
-  ForkSafeThreads();
-  ~ForkSafeThreads();
-  ForkSafeThreads(const ForkSafeThreads&) = delete;
-  ForkSafeThreads& operator=(const ForkSafeThreads&) = delete;
-
- private:
-  std::unique_ptr<ctstream::reader::ScopedDecodeThreads> scope_;
-};
 
 /// ctstream._ctstream._compress_tensors / _compress_checkpoint (writer_binding.cpp).
 void bind_writer(nanobind::module_& m);

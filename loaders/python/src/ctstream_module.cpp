@@ -12,7 +12,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <omp.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -33,7 +32,6 @@
 
 #include "binding.hpp"
 #include "ctstream/ctstream.hpp"
-#include "reader/internal.hpp"  // reader::ScopedDecodeThreads (single-threaded decodes in a forked child)
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -70,26 +68,6 @@ void set_error(const std::string& kind, const std::string& message, const std::s
 [[noreturn]] void raise(const char* kind, const std::string& message, const std::string& tensor) {
   set_error(kind, message, "", tensor);
   throw nb::python_error();
-}
-
-// fork(): GNU OpenMP's thread pool does not survive it (a parallel region of more than one thread
-// in the child waits forever for the parent's pool threads), so a forked child decodes and
-// compresses on the calling thread only, as torch does after fork.
-namespace {
-std::atomic<bool> g_forked{false};
-}
-bool forked() { return g_forked.load(std::memory_order_relaxed); }
-
-ForkSafeThreads::ForkSafeThreads() {
-  if (!forked()) return;
-  omp_set_num_threads(1);  // this thread's OpenMP default (the writer's parallel loops)
-  scope_ = std::make_unique<ctstream::reader::ScopedDecodeThreads>(1);
-}
-ForkSafeThreads::~ForkSafeThreads() = default;
-
-void install_fork_handler() {
-  static std::once_flag once;
-  std::call_once(once, [] { ::pthread_atfork(nullptr, nullptr, [] { g_forked.store(true); }); });
 }
 
 }  // namespace ctstream_py
@@ -370,8 +348,8 @@ class TensorIter {
   void start() {
     ctstream::StreamOptions so;
     so.dtype = dtype_;
-    if (budget_) so.budget_bytes = budget_;             // 0: the core's default (StreamOptions)
-    so.threads = ctstream_py::forked() ? 1 : threads_;  // a forked child: no OpenMP team (ForkSafeThreads)
+    if (budget_) so.budget_bytes = budget_;  // 0: the core's default (StreamOptions)
+    so.threads = threads_;                   // in a forked child the core uses one (core/fork.hpp)
     if (names_) so.order = *names_;
     // Called on the worker thread, in delivery order: plain aligned memory (no GIL needed);
     // ownership passes to a capsule when the tensor is delivered.
@@ -490,7 +468,6 @@ class PyCheckpoint {
     uint64_t n;
     {
       nb::gil_scoped_release unlocked;
-      ctstream_py::ForkSafeThreads fork_safe;
       n = ck->decode_into(t, std::span<std::byte>(b.data, bytes), d, s.slice);
       ck->release(t);  // drop its file pages from the process: RSS stays bounded across get()s
     }
@@ -568,7 +545,6 @@ class PyCheckpoint {
     std::byte* p = static_cast<std::byte*>(arr.data_handle()) + arr.byte_offset();
     {
       nb::gil_scoped_release unlocked;
-      ctstream_py::ForkSafeThreads fork_safe;
       ck->decode_into(t, std::span<std::byte>(p, static_cast<size_t>(bytes)), d, s.slice);
       ck->release(t);
     }
@@ -669,7 +645,6 @@ NB_MODULE(_ctstream, m) {
   g_classes = PyDict_New();
   m.attr("_error_classes") = nb::handle(g_classes);  // kind -> class, filled by ctstream/__init__.py
   nb::register_exception_translator(translate);
-  ctstream_py::install_fork_handler();
   ctstream_py::bind_writer(m);
 
   nb::class_<ctstream::TensorPart>(m, "TensorPart", "One stored safetensors entry of a logical tensor.")

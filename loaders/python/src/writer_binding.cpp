@@ -123,7 +123,6 @@ CompressOptions options_from(const nb::dict& d) {
     o.open.io = *s == "mmap" ? ctstream::IoMode::mmap : ctstream::IoMode::pread;
   }
   if (auto v = get<unsigned>(d, "threads")) o.open.threads = *v;
-  if (forked()) o.open.threads = 1;  // a forked child has no OpenMP pool (see ForkSafeThreads)
   if (o.format == ctstream::Format::dense && !o.dtype)
     raise("invalid_argument", "format 'dense' needs dtype (bfloat16, float16 or float32)");
   (void)ctstream::describe_scheme(o);  // an inconsistent combination fails here, before any work
@@ -163,7 +162,6 @@ std::string run_released(F&& work, const std::shared_ptr<Pending>& pending, cons
   std::exception_ptr failure;
   {
     nb::gil_scoped_release unlocked;
-    ForkSafeThreads fork_safe;
     try {
       out = work();
     } catch (...) {
