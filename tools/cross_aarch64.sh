@@ -25,8 +25,10 @@ QEMU=(qemu-aarch64 -L /)  # the arm64 multiarch runtime; see cmake/aarch64-linux
 aarch64-linux-gnu-readelf -h $dir/bin/ctstream | grep -q AArch64 || { echo "aarch64: $dir/bin/ctstream is not an AArch64 binary"; exit 1; }
 
 echo "-- aarch64 unit tests under qemu, the whole suite once per ISA (neon = the default)"
+# But the fork() tests: qemu-user itself aborts in a child forked from a multithreaded guest
+# ("qemu_plugin_vcpu_init_hook: assertion failed", exit 127), a qemu limitation; they run natively.
 for isa in neon scalar; do
-  CTSTREAM_FORCE_ISA=$isa OMP_NUM_THREADS=2 "${QEMU[@]}" $dir/bin/ctstream_tests --reporter compact
+  CTSTREAM_FORCE_ISA=$isa OMP_NUM_THREADS=2 "${QEMU[@]}" $dir/bin/ctstream_tests --reporter compact '~[fork]'
 done
 OMP_NUM_THREADS=2 "${QEMU[@]}" $dir/bin/test_c_abi tests/fixtures
 "${QEMU[@]}" $dir/bin/ctstream --version
