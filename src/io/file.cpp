@@ -42,9 +42,9 @@ uint64_t current_size(int fd, const std::string& path) {
 void pread_all(int fd, const std::string& path, uint64_t offset, std::span<std::byte> out) {
   size_t done = 0;
   while (done < out.size()) {
-    ssize_t r = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    const ssize_t r = retry_eintr(
+        [&] { return ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done)); });
     if (r < 0) {
-      if (errno == EINTR) continue;
       fail_errno(path,
                  "read of " + std::to_string(out.size()) + " bytes at offset " + std::to_string(offset) + " failed");
     }

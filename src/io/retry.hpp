@@ -1,6 +1,7 @@
 // io — system calls a signal can interrupt. A process that installs handlers without SA_RESTART
-// (CPython does: PEP 475 retries in Python, not in C extensions) sees open()/fstat() fail with
-// EINTR on FUSE, NFS (intr) and FIFO paths; retried here, so the caller sees only real errors.
+// (CPython does: PEP 475 retries in Python, not in C extensions) sees open()/fstat()/read()/
+// write() fail with EINTR on FUSE, NFS (intr) and FIFO paths; every such call of ctstream goes
+// through retry_eintr, so the caller sees only real errors.
 #pragma once
 #include <cerrno>
 

@@ -523,15 +523,14 @@ void Job::copy_file_into(const fs::path& src, const struct stat& expect, const f
   std::vector<char> buf(1 << 20);
   for (;;) {
     check_cancel();
-    const ssize_t n = ::read(in, buf.data(), buf.size());
+    const ssize_t n = io::retry_eintr([&] { return ::read(in, buf.data(), buf.size()); });
     if (n == 0) break;
     if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EAGAIN) continue;
       fail(ErrorKind::io, src.string(), "", std::string("read failed: ") + std::strerror(errno));
     }
     for (ssize_t w = 0; w < n;) {
-      const ssize_t k = ::write(out, buf.data() + w, static_cast<size_t>(n - w));
-      if (k < 0 && errno == EINTR) continue;
+      const ssize_t k = io::retry_eintr([&] { return ::write(out, buf.data() + w, static_cast<size_t>(n - w)); });
       if (k <= 0) fail(ErrorKind::io, dst.string(), "", std::string("write failed: ") + std::strerror(errno));
       w += k;
     }
