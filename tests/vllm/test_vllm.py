@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 
@@ -165,6 +166,37 @@ def test_mode_mismatch_is_refused_with_what_to_pass(models):
     assert "error" in r and "--load-format ctstream" in r["error"], r
     r = run(models / "int4", "--load-format", "ctstream", "--extra", '{"budget": "lots"}')
     assert "error" in r and "byte count" in r["error"], r
+
+
+def _host_has_amx():
+    if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
+        return False
+    with open("/proc/cpuinfo") as f:
+        return any(line.startswith("flags") and "amx_tile" in line.split() for line in f)
+
+
+@pytest.mark.skipif(not _host_has_amx(), reason="the CPU has no AMX (no amx_tile in /proc/cpuinfo)")
+def test_plugin_gives_the_process_amx_tile_state():
+    # vLLM's CPU attention executes AMX instructions without asking Linux for the tile state; an
+    # in-process engine (test_readme_example_runs) then died with SIGILL at its first step. vLLM
+    # loads its general plugins in every process before any kernel: after that, XTILEDATA must be
+    # permitted (arch_prctl(ARCH_GET_XCOMP_PERM), read here, not through ctstream).
+    code = textwrap.dedent("""
+        import ctypes
+        def permitted():
+            fn = ctypes.CDLL(None).syscall
+            fn.restype = ctypes.c_long
+            mask = ctypes.c_ulong(0)
+            assert fn(ctypes.c_long(158), ctypes.c_long(0x1022), ctypes.byref(mask)) == 0
+            return bool(mask.value >> 18 & 1)
+        before = permitted()
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+        print(before, permitted())
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[-1] == "True", r.stdout
 
 
 def test_readme_example_runs(models):

@@ -45,6 +45,7 @@ from typing import Any, Dict, Generator, Iterable, Optional, Set, Tuple, Union
 
 import ctstream
 from ctstream import _dtype_str
+from ctstream import _amx
 
 __all__ = ["weights_iterator", "register", "LOAD_FORMAT", "QUANTIZATION", "EXTRA_CONFIG_KEYS",
            "ACTIVATION_LEFTOVERS"]
@@ -242,6 +243,9 @@ def register() -> None:
     global _registered
     if _registered:
         return
+    # Before any vLLM kernel runs in this process: vLLM's CPU attention uses Intel AMX without asking
+    # Linux for the tile state, which kills an in-process engine with SIGILL on AMX hosts (see _amx).
+    _amx.request_amx_tile_state()
     from . import _vllm_plugin  # imports vLLM; its classes live at module level (vLLM pickles them)
 
     _vllm_plugin.register_all()
