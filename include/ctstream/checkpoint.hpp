@@ -61,6 +61,19 @@ struct OpenOptions {
   LowRank low_rank = LowRank::original;
 };
 
+/// What the reader took the checkpoint to be. A checkpoint is a compressed-tensors one when its
+/// config.json has a `quantization_config` (or the older `compression_config`) whose quant_method
+/// is "compressed-tensors" (or "sparseml", or none given), or a top-level `sparsity_config`; then
+/// its parts are grouped and decoded as that config says, and only as it says. Anything else (no
+/// config.json, AutoFP8's "fp8", GPTQ, ...) reads entry by entry exactly as safetensors reads it.
+struct ConfigInfo {
+  bool compressed_tensors = false;
+  std::filesystem::path file;  ///< the config.json read (empty when there is none)
+  /// e.g. "quantization_config (compressed-tensors 0.20.0)", "no config.json",
+  /// "config.json has quantization_config.quant_method \"fp8\", not compressed-tensors".
+  std::string description;
+};
+
 class Checkpoint {
  public:
   /// Opens a single `.safetensors` file, or a directory holding `model.safetensors.index.json`,
@@ -128,6 +141,8 @@ class Checkpoint {
   bool file_has_metadata(uint32_t file) const noexcept;
   /// Raw text of config.json, empty if the checkpoint has none.
   const std::string& config_json() const noexcept;
+  /// Which config, if any, decided how the stored entries are grouped and decoded.
+  const ConfigInfo& config_info() const noexcept;
   const OpenOptions& options() const noexcept;
 
   /// Hint that this tensor will be decoded soon (readahead). Advisory.

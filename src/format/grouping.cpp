@@ -49,7 +49,6 @@ class Grouper {
   Shape read_shape(const RawTensor& r, const std::string& logical) const;
   std::optional<Format> classify(const std::string& p, const Module& m) const;
   QuantArgs args_for(const std::string& module, const std::string& logical, const RawTensor& main, Format* fmt) const;
-  void infer_strategy(QuantArgs& q, const Shape& logical, const RawTensor& scale, const std::string& name) const;
   TensorInfo build(const std::string& p, const Module& m, Format fmt, std::set<const RawTensor*>& used) const;
 
   const std::vector<RawTensor>& raw_;
@@ -87,67 +86,45 @@ Shape Grouper::read_shape(const RawTensor& r, const std::string& logical) const 
   return out;
 }
 
-// Quantization args for `module`: its config group's, else (no config group) left for
-// infer_strategy, as compressed-tensors 0.12 infers them from the scale's shape.
+// Quantization args for `module`: its config group's. A quantized module no group describes
+// (none targets it, it is ignored, or its group quantizes no weights) is refused: decoding it
+// would mean guessing its strategy from the scale's shape.
 QuantArgs Grouper::args_for(const std::string& module, const std::string& logical, const RawTensor& main,
                             Format* fmt) const {
-  const SchemeGroup* g = s_.present ? match_group(s_, module) : nullptr;
-  if (s_.present && !s_.groups.empty() && (!g || !g->weights))
+  const SchemeGroup* g = match_group(s_, module);
+  if (!g || !g->weights)
     fail(main, logical,
          "stored quantized, but " + (cfg_file_.empty() ? std::string("config.json") : cfg_file_) +
              (g ? " gives its config group no weight quantization"
                 : " has no config group targeting this module (or ignores it)"));
-  if (g && g->format) *fmt = *g->format;
+  if (g->format) *fmt = *g->format;
   else if (s_.global_format && *s_.global_format != Format::dense && *s_.global_format != Format::sparse_bitmask &&
            *s_.global_format != Format::sparse_24_bitmask)
     *fmt = *s_.global_format;
-  if (g) return *g->weights;
-  QuantArgs a;
-  a.num_bits = 8;
-  a.strategy = QuantStrategy::token;  // marker: infer_strategy decides
-  return a;
+  return *g->weights;
 }
 
-// compressed-tensors 0.12 with args=None (forward.py `_process_quantization`): one scale ->
-// tensor; [R, 1] -> channel; [R, G] with G | C -> group C/G.
-void Grouper::infer_strategy(QuantArgs& q, const Shape& logical, const RawTensor& sc, const std::string& name) const {
-  if (q.strategy != QuantStrategy::token) return;
-  const uint64_t C = logical.empty() ? 1 : logical.back();
-  const uint64_t n = detail::checked_numel(sc.shape).value_or(0);
-  if (n == 1) q.strategy = QuantStrategy::tensor;
-  else if (sc.shape.size() >= 2 && sc.shape.back() == 1) q.strategy = QuantStrategy::channel;
-  else if (sc.shape.size() >= 2 && sc.shape.back() > 0 && C > 0 && C % sc.shape.back() == 0)
-    q.strategy = QuantStrategy::group, q.group_size = C / sc.shape.back();
-  else
-    fail(sc, name,
-         "no config group describes this weight and its scale shape " + shape_str(sc.shape) +
-             " does not tell the strategy");
-}
-
-// Which format a module's parts are stored in (before the config has its say), or nullopt for
-// a module of plain tensors.
+// Which format a module's parts are stored in (before the config group has its say), or nullopt
+// for a module of plain tensors. Only what the config describes is grouped: sparse parts under a
+// sparse format (compressed-tensors 0.12 BaseSparseCompressor groups them by key suffix), quantized
+// parts under config groups; anything else is a plain entry, as safetensors reads it.
 std::optional<Format> Grouper::classify(const std::string& p, const Module& m) const {
-  const RawTensor* values = m.get(Role::compressed);
-  const RawTensor* mask = m.get(Role::bitmask);
-  // Parts that only make sense together: an incomplete set is a damaged checkpoint, not a
-  // bunch of dense tensors to pass through.
-  if ((values || mask || m.get(Role::row_offsets)) && !(values && mask)) {
-    const RawTensor& r = *(values ? values : mask ? mask : m.get(Role::row_offsets));
-    fail(r, p + ".weight",
-         std::string("incomplete sparse tensor: '") + p + (values ? ".bitmask" : ".compressed") + "' is missing");
+  if (s_.sparse()) {
+    const RawTensor* values = m.get(Role::compressed);
+    const RawTensor* mask = m.get(Role::bitmask);
+    // Parts that only make sense together: an incomplete set is a damaged checkpoint, not a
+    // bunch of dense tensors to pass through.
+    if ((values || mask || m.get(Role::row_offsets)) && !(values && mask)) {
+      const RawTensor& r = *(values ? values : mask ? mask : m.get(Role::row_offsets));
+      fail(r, p + ".weight",
+           std::string("incomplete sparse tensor: '") + p + (values ? ".bitmask" : ".compressed") + "' is missing");
+    }
+    if (values && mask) return *s_.sparse_format;
   }
+  if (!s_.quantized()) return std::nullopt;
   const RawTensor* packed = m.get(Role::weight_packed);
   if (const RawTensor* ws = m.get(Role::weight_shape); ws && !packed)
     fail(*ws, p + ".weight", "weight_shape without weight_packed: the packed weight is missing");
-  if (values && mask) {
-    const RawTensor* shape = m.get(Role::shape);
-    // 2:4 writes `shape` as [2, 1] and values as [R, C/2]; bitmask writes [2] and [nnz].
-    if (s_.sparse_format &&
-        (*s_.sparse_format == Format::sparse_bitmask || *s_.sparse_format == Format::sparse_24_bitmask))
-      return *s_.sparse_format;
-    return values->shape.size() == 2 || (shape && shape->shape.size() == 2) ? Format::sparse_24_bitmask
-                                                                            : Format::sparse_bitmask;
-  }
   if (packed) {
     if (m.get(Role::scale_packed) && m.get(Role::meta)) return Format::marlin_24;
     if (packed->dtype == DType::I32) return Format::pack_quantized;
@@ -177,7 +154,10 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
   const RawTensor* scale = m.get(Role::weight_scale);
 
   // 1. Quantization arguments (and the final format: the config's group format wins).
-  t.quantized = !sparse || scale != nullptr;
+  // Sparse values with a weight_scale are sparse-on-quantized (0.12 stacking) when the config also
+  // quantizes; without quantization groups the scale is a plain entry of its own, as the library's
+  // sparse decompression leaves it.
+  t.quantized = !sparse || (scale != nullptr && s_.quantized());
   if (t.quantized) {
     Format cfg_fmt = sparse ? Format::naive_quantized : fmt;
     t.quant = args_for(p, t.name, main, &cfg_fmt);
@@ -241,12 +221,8 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
            "config says " + std::string(format_name(fmt)) + ", but the module stores compressed-tensors parts");
   }
 
-  // 3. Strategy inference for configs without args, and the pack-quantized bit layout.
+  // 3. The pack-quantized bit layout.
   if (t.quantized) {
-    if (t.quant.strategy == QuantStrategy::token) {  // no config group: the scale's shape decides
-      if (!scale) fail(main, t.name, "quantized weight has no weight_scale part and no config group describes it");
-      infer_strategy(t.quant, t.shape, *scale, t.name);
-    }
     if (fmt == Format::pack_quantized && t.quant.type == QuantType::int_ && t.quant.num_bits >= 1 &&
         t.quant.num_bits <= 8 && !t.shape.empty()) {
       const unsigned b = t.quant.num_bits;
@@ -278,6 +254,7 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
   t.quant = g->quant;
   std::set<Role> seen;
   for (const PartRule& rule : part_rules(fmt)) {
+    if (sparse && !t.quantized && (rule.role == Role::weight_scale || rule.role == Role::weight_zero_point)) continue;
     const RawTensor* r = m.get(rule.role);
     if (!r) {
       if (rule.required)
@@ -328,14 +305,15 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
 
 std::vector<TensorInfo> Grouper::run() {
   std::map<std::string, Module> mods;
-  for (const auto& r : raw_) {
-    for (Role role : kAllRoles) {
-      const std::string_view suffix = role_name(role);
-      if (r.key.size() > suffix.size() + 1 && ends_with(r.key, suffix) &&
-          r.key[r.key.size() - suffix.size() - 1] == '.')
-        mods[r.key.substr(0, r.key.size() - suffix.size() - 1)].parts[role] = &r;
+  if (s_.present)
+    for (const auto& r : raw_) {
+      for (Role role : kAllRoles) {
+        const std::string_view suffix = role_name(role);
+        if (r.key.size() > suffix.size() + 1 && ends_with(r.key, suffix) &&
+            r.key[r.key.size() - suffix.size() - 1] == '.')
+          mods[r.key.substr(0, r.key.size() - suffix.size() - 1)].parts[role] = &r;
+      }
     }
-  }
   std::set<const RawTensor*> used;
   std::vector<TensorInfo> out;
   for (const auto& [p, m] : mods)
@@ -361,8 +339,9 @@ std::vector<TensorInfo> Grouper::run() {
 
 std::vector<TensorInfo> group_tensors(const std::vector<RawTensor>& raw, const std::string& config_json,
                                       const std::string& config_file, const SmallReader& read_small,
-                                      const std::function<std::string(uint32_t)>& file_of) {
+                                      const std::function<std::string(uint32_t)>& file_of, ConfigUse* use) {
   const Scheme s = parse_scheme(config_json, config_file);
+  if (use) *use = ConfigUse{s.present, s.description};
   return Grouper(raw, s, config_file, read_small, file_of).run();
 }
 

@@ -24,10 +24,18 @@ struct RawTensor {
 /// Reads the bytes of a small stored entry (a `shape` / `weight_shape` vector) at open time.
 using SmallReader = std::function<std::vector<std::byte>(const RawTensor&)>;
 
-/// Groups entries (in file order) into logical tensors. `config_json` may be empty (then
-/// compressed parts are recognised by their keys alone). `file_of` names a file index in errors.
+/// What group_tensors took the checkpoint to be (Scheme::present / Scheme::description).
+struct ConfigUse {
+  bool compressed_tensors = false;
+  std::string description;
+};
+
+/// Groups entries (in file order) into logical tensors, as far as config.json describes them: with
+/// no compressed-tensors config (`config_json` empty, or a config of another quant_method) every
+/// entry is a plain tensor, exactly as safetensors reads it. `file_of` names a file index in errors.
+/// `use`, when given, receives what the config made of the checkpoint.
 std::vector<TensorInfo> group_tensors(const std::vector<RawTensor>& raw, const std::string& config_json,
                                       const std::string& config_file, const SmallReader& read_small,
-                                      const std::function<std::string(uint32_t)>& file_of);
+                                      const std::function<std::string(uint32_t)>& file_of, ConfigUse* use = nullptr);
 
 }  // namespace ctstream::format

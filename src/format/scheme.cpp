@@ -145,18 +145,28 @@ Scheme parse_scheme_json(const json& root, const std::string& file) {
   Scheme s;
   if (!root.is_object()) bad(file, "config.json is not a JSON object");
   const json* q = nullptr;
+  const char* q_key = nullptr;
+  std::string other;  // a quantization config of another method, for the description
   for (const char* key : {"quantization_config", "compression_config"}) {
     auto it = root.find(key);
     if (it != root.end() && it->is_object()) {
       const json method = it->value("quant_method", json("compressed-tensors"));
-      if (method.is_string() && (method == "compressed-tensors" || method == "sparseml")) q = &*it;
+      if (method.is_string() && (method == "compressed-tensors" || method == "sparseml")) q = &*it, q_key = key;
+      else other = std::string(key) + ".quant_method " + method.dump() + ", not compressed-tensors";
       break;
     }
   }
   const json* sparse = q ? object_at(*q, "sparsity_config") : nullptr;
+  const bool top_sparse = !sparse && object_at(root, "sparsity_config");
   if (!sparse) sparse = object_at(root, "sparsity_config");  // SparseML-style top-level block
-  if (!q && !sparse) return s;
+  if (!q && !sparse) {
+    s.description =
+        other.empty() ? "config.json has no compressed-tensors quantization_config" : "config.json has " + other;
+    return s;
+  }
   s.present = true;
+  s.description = q ? std::string(q_key) : "sparsity_config";
+  if (q && top_sparse) s.description += " + sparsity_config";
 
   if (q) {
     if (auto it = q->find("version"); it != q->end() && it->is_string()) s.version = it->get<std::string>();
@@ -213,6 +223,7 @@ Scheme parse_scheme_json(const json& root, const std::string& file) {
     }
     s.group_targets = TargetList::parse(all_targets, ErrorKind::invalid_config, file, "config group targets");
   }
+  s.description += " (compressed-tensors" + (s.version.empty() ? std::string() : " " + s.version.substr(0, 40)) + ")";
   if (sparse) {
     const json f_j = sparse->value("format", json("dense"));
     if (!f_j.is_string()) bad(file, "sparsity format must be a string, got " + f_j.dump());
@@ -228,7 +239,11 @@ Scheme parse_scheme_json(const json& root, const std::string& file) {
 }  // namespace
 
 Scheme parse_scheme(const std::string& text, const std::string& file) {
-  if (text.empty()) return Scheme{};
+  if (text.empty()) {
+    Scheme s;
+    s.description = "no config.json";
+    return s;
+  }
   const json root = parse_json(text, ErrorKind::invalid_config, file, "config.json");
   try {
     return parse_scheme_json(root, file);

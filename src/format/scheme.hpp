@@ -23,8 +23,22 @@ struct SchemeGroup {
 };
 
 struct Scheme {
-  bool present = false;  ///< a compressed-tensors config was found
-  std::string version;   ///< compressed-tensors version that wrote the file ("" unknown)
+  /// A compressed-tensors config was found: the checkpoint's parts are grouped and decoded as it
+  /// says. Otherwise every stored entry is a plain tensor, read as safetensors reads it.
+  bool present = false;
+  /// Which config block decided (`quantization_config (compressed-tensors 0.20.0)`), or why the
+  /// file is not a compressed-tensors checkpoint (`config.json has quantization_config.quant_method
+  /// 'fp8', not compressed-tensors`); for `inspect` and Checkpoint::config_info().
+  std::string description;
+  /// The config describes weight quantization (config groups): only then are weight_packed /
+  /// weight + weight_scale entries grouped into quantized tensors.
+  bool quantized() const { return !groups.empty(); }
+  /// The config names a sparse format: only then are compressed / bitmask / shape / row_offsets
+  /// entries grouped into sparse tensors (compressed-tensors 0.12 BaseSparseCompressor).
+  bool sparse() const {
+    return sparse_format && (*sparse_format == Format::sparse_bitmask || *sparse_format == Format::sparse_24_bitmask);
+  }
+  std::string version;  ///< compressed-tensors version that wrote the file ("" unknown)
   /// pack-quantized layout of widths other than 1/2/4/8: dense since 0.18.0 (helpers.py
   /// `pack_to_int32` "packs across int32 boundaries"), one word per 32/b codes before.
   /// nullopt when the version is unknown.

@@ -132,6 +132,7 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   if (!lay.config_path.empty()) ck->config = io::read_small_file(lay.config_path, options.max_json_bytes);
   std::vector<format::RawTensor> raw = read_headers(*ck, lay);
   Impl& impl = *ck;
+  format::ConfigUse use;
   ck->tensors = format::group_tensors(
       raw, ck->config, lay.config_path.string(),
       [&impl](const format::RawTensor& r) {
@@ -139,7 +140,8 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
         impl.files.at(r.file)->read_at(r.offset, b);
         return b;
       },
-      [&impl](uint32_t f) { return impl.paths.at(f).string(); });
+      [&impl](uint32_t f) { return impl.paths.at(f).string(); }, &use);
+  ck->config_info = ConfigInfo{use.compressed_tensors, lay.config_path, use.description};
   for (const auto& t : ck->tensors) check_size(*ck, t);
   if (options.low_rank == LowRank::original && !lay.decompose_path.empty()) {
     const std::string dec_file = lay.decompose_path.string();
@@ -295,6 +297,7 @@ bool Checkpoint::file_has_metadata(uint32_t file) const noexcept {
 }
 
 const std::string& Checkpoint::config_json() const noexcept { return impl_->config; }
+const ConfigInfo& Checkpoint::config_info() const noexcept { return impl_->config_info; }
 const OpenOptions& Checkpoint::options() const noexcept { return impl_->opt; }
 
 void Checkpoint::will_need(const TensorInfo& t) const {

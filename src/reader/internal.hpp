@@ -37,6 +37,7 @@ struct Checkpoint::Impl {
   std::vector<std::map<std::string, std::string>> metadata;
   std::vector<bool> has_metadata;
   std::string config;
+  ConfigInfo config_info;
   std::vector<TensorInfo> tensors;
   std::unordered_map<std::string, size_t> by_name;
 

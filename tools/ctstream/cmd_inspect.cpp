@@ -22,6 +22,10 @@ int cmd_inspect(int argc, char** argv) {
     j["path"] = a.pos[0];
     j["files"] = nlohmann::json::array();
     for (const auto& f : ckpt.files()) j["files"].push_back(f.string());
+    const ctstream::ConfigInfo& ci = ckpt.config_info();
+    j["config"] = {{"compressed_tensors", ci.compressed_tensors},
+                   {"file", ci.file.empty() ? nlohmann::json(nullptr) : nlohmann::json(ci.file.string())},
+                   {"description", ci.description}};
     j["tensors"] = nlohmann::json::array();
     for (const auto& t : ckpt.tensors()) {
       nlohmann::ordered_json e;
@@ -64,7 +68,10 @@ int cmd_inspect(int argc, char** argv) {
   std::printf("\n%zu tensors in %zu file(s); stored %s, decoded %s", ckpt.tensors().size(), ckpt.files().size(),
               human_bytes(stored).c_str(), human_bytes(decoded).c_str());
   for (const auto& [f, n] : by_format) std::printf("; %s: %zu", f.c_str(), n);
-  std::printf("\n");
+  const ctstream::ConfigInfo& ci = ckpt.config_info();
+  std::printf("\nconfig: %s%s%s\n",
+              ci.compressed_tensors ? "compressed-tensors checkpoint, " : "plain safetensors, entries as stored: ",
+              ci.description.c_str(), ci.file.empty() ? "" : (" [" + ci.file.string() + "]").c_str());
   return 0;
 }
 
