@@ -59,6 +59,13 @@ struct OpenOptions {
   /// Threads used to decode one large tensor (0 = OpenMP default, i.e. all cores).
   unsigned threads = 0;
   LowRank low_rank = LowRank::original;
+  /// The model's module classes, for config groups that target class names (`Linear`,
+  /// `Embedding`, `LlamaAttention`, ...): module name -> the class names it counts as (its class and
+  /// base classes, `type(m).__mro__`, as compressed-tensors' `match_class` tests them). A module
+  /// without an entry has an unknown class: of the class-name groups, those that cannot describe its
+  /// stored parts drop out, and if the rest would decode it differently it is refused
+  /// (Error{unsupported} naming the groups), never guessed.
+  std::map<std::string, std::vector<std::string>> module_classes;
 };
 
 /// What the reader took the checkpoint to be. A checkpoint is a compressed-tensors one when its

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -37,8 +38,8 @@ struct Module {
 class Grouper {
  public:
   Grouper(const std::vector<RawTensor>& raw, const Scheme& s, const std::string& cfg_file, const SmallReader& rd,
-          const std::function<std::string(uint32_t)>& file_of)
-      : raw_(raw), s_(s), cfg_file_(cfg_file), read_(rd), file_of_(file_of) {}
+          const std::function<std::string(uint32_t)>& file_of, const ModuleClasses* classes)
+      : raw_(raw), s_(s), cfg_file_(cfg_file), read_(rd), file_of_(file_of), classes_(classes) {}
 
   std::vector<TensorInfo> run();
 
@@ -48,14 +49,17 @@ class Grouper {
   }
   Shape read_shape(const RawTensor& r, const std::string& logical) const;
   std::optional<Format> classify(const std::string& p, const Module& m) const;
-  QuantArgs args_for(const std::string& module, const std::string& logical, const RawTensor& main, Format* fmt) const;
-  TensorInfo build(const std::string& p, const Module& m, Format fmt, std::set<const RawTensor*>& used) const;
+  QuantArgs args_for(const SchemeGroup* g, const std::string& logical, const RawTensor& main, Format* fmt) const;
+  TensorInfo build_module(const std::string& p, const Module& m, Format fmt, std::set<const RawTensor*>& used) const;
+  TensorInfo build(const std::string& p, const Module& m, Format fmt, const SchemeGroup* g,
+                   std::set<const RawTensor*>& used) const;
 
   const std::vector<RawTensor>& raw_;
   const Scheme& s_;
   const std::string& cfg_file_;
   const SmallReader& read_;
   const std::function<std::string(uint32_t)>& file_of_;
+  const ModuleClasses* classes_;
 };
 
 // A stored shape vector (`weight_shape`, sparse `shape`): 1..8 non-negative integers, checked
@@ -89,9 +93,8 @@ Shape Grouper::read_shape(const RawTensor& r, const std::string& logical) const 
 // Quantization args for `module`: its config group's. A quantized module no group describes
 // (none targets it, it is ignored, or its group quantizes no weights) is refused: decoding it
 // would mean guessing its strategy from the scale's shape.
-QuantArgs Grouper::args_for(const std::string& module, const std::string& logical, const RawTensor& main,
+QuantArgs Grouper::args_for(const SchemeGroup* g, const std::string& logical, const RawTensor& main,
                             Format* fmt) const {
-  const SchemeGroup* g = match_group(s_, module);
   if (!g || !g->weights)
     fail(main, logical,
          "stored quantized, but " + (cfg_file_.empty() ? std::string("config.json") : cfg_file_) +
@@ -144,7 +147,8 @@ std::optional<Format> Grouper::classify(const std::string& p, const Module& m) c
   return std::nullopt;
 }
 
-TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std::set<const RawTensor*>& used) const {
+TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, const SchemeGroup* g,
+                          std::set<const RawTensor*>& used) const {
   TensorInfo t;
   t.name = p + ".weight";
   const bool sparse = fmt == Format::sparse_bitmask || fmt == Format::sparse_24_bitmask;
@@ -160,7 +164,7 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
   t.quantized = !sparse || (scale != nullptr && s_.quantized());
   if (t.quantized) {
     Format cfg_fmt = sparse ? Format::naive_quantized : fmt;
-    t.quant = args_for(p, t.name, main, &cfg_fmt);
+    t.quant = args_for(g, t.name, main, &cfg_fmt);
     if (!sparse) fmt = cfg_fmt;
   }
   t.format = fmt;
@@ -303,6 +307,68 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, std
   return t;
 }
 
+// Two readings of the same stored parts that give the same values: same format and arguments
+// (the parts, shape and dtype follow from those and the file).
+bool same_decode(const TensorInfo& a, const TensorInfo& b) {
+  const QuantArgs &x = a.quant, &y = b.quant;
+  return a.format == b.format && a.quantized == b.quantized && a.shape == b.shape && a.dtype == b.dtype &&
+         a.parts.size() == b.parts.size() &&
+         (!a.quantized ||
+          (x.num_bits == y.num_bits && x.type == y.type && x.strategy == y.strategy && x.symmetric == y.symmetric &&
+           x.group_size == y.group_size && x.block_rows == y.block_rows && x.block_cols == y.block_cols &&
+           x.actorder == y.actorder && x.legacy_packing == y.legacy_packing));
+}
+
+// A module's tensor under the config group that describes it. Where groups target class names and
+// the module's class is not known (no model), every such group is a candidate: one whose scheme
+// cannot describe the stored parts (no weight quantization, another format, scales of another
+// geometry) drops out; the survivors must agree, or the module is refused naming them. Never the
+// alphabetically first class name for every module (compressed-tensors matches classes against
+// the model: utils/match.py `match_class`), which decoded Linear weights with an Embedding group.
+TensorInfo Grouper::build_module(const std::string& p, const Module& m, Format fmt,
+                                 std::set<const RawTensor*>& used) const {
+  const bool sparse = fmt == Format::sparse_bitmask || fmt == Format::sparse_24_bitmask;
+  if (sparse && !(m.get(Role::weight_scale) && s_.quantized())) return build(p, m, fmt, nullptr, used);
+  const GroupMatch gm = match_groups(s_, p, classes_);
+  if (!gm.by_unknown_class || gm.groups.size() == 1)
+    return build(p, m, fmt, gm.groups.empty() ? nullptr : gm.groups.front(), used);
+  struct Fit {
+    const SchemeGroup* g;
+    TensorInfo t;
+    std::set<const RawTensor*> used;
+  };
+  std::vector<Fit> fits;
+  std::optional<Error> first;
+  for (const SchemeGroup* g : gm.groups) {
+    Fit f{g, {}, {}};
+    try {
+      f.t = build(p, m, fmt, g, f.used);
+      fits.push_back(std::move(f));
+    } catch (const Error& e) {
+      if (!first) first = e;
+    }
+  }
+  if (fits.empty()) throw *first;  // the error of the first candidate in precedence order
+  for (const Fit& f : fits)
+    if (!same_decode(f.t, fits.front().t)) {
+      std::string names;
+      for (const Fit& c : fits) {
+        std::string cls;
+        for (size_t i : s_.group_targets.class_entries())
+          if (&s_.groups[s_.target_group[i]] == c.g)
+            cls += (cls.empty() ? "" : ", ") + s_.group_targets.targets()[i].text;
+        names += (names.empty() ? "" : "; ") + c.g->name + " (" + cls + ")";
+      }
+      throw Error(ErrorKind::unsupported, file_of_(m.parts.begin()->second->file), p + ".weight",
+                  "config groups " + names +
+                      " target module classes and each can describe the stored parts, but they decode them "
+                      "differently; the module's class is not known: pass module classes (OpenOptions::"
+                      "module_classes, --module-classes FILE, Python module_classes= / a transformers model)");
+    }
+  used.insert(fits.front().used.begin(), fits.front().used.end());
+  return std::move(fits.front().t);
+}
+
 std::vector<TensorInfo> Grouper::run() {
   std::map<std::string, Module> mods;
   if (s_.present)
@@ -317,7 +383,7 @@ std::vector<TensorInfo> Grouper::run() {
   std::set<const RawTensor*> used;
   std::vector<TensorInfo> out;
   for (const auto& [p, m] : mods)
-    if (const auto fmt = classify(p, m)) out.push_back(build(p, m, *fmt, used));
+    if (const auto fmt = classify(p, m)) out.push_back(build_module(p, m, *fmt, used));
   for (const auto& r : raw_) {
     if (used.count(&r)) continue;
     TensorInfo t;
@@ -339,10 +405,11 @@ std::vector<TensorInfo> Grouper::run() {
 
 std::vector<TensorInfo> group_tensors(const std::vector<RawTensor>& raw, const std::string& config_json,
                                       const std::string& config_file, const SmallReader& read_small,
-                                      const std::function<std::string(uint32_t)>& file_of, ConfigUse* use) {
+                                      const std::function<std::string(uint32_t)>& file_of, ConfigUse* use,
+                                      const ModuleClasses* classes) {
   const Scheme s = parse_scheme(config_json, config_file);
   if (use) *use = ConfigUse{s.present, s.description};
-  return Grouper(raw, s, config_file, read_small, file_of).run();
+  return Grouper(raw, s, config_file, read_small, file_of, classes).run();
 }
 
 }  // namespace ctstream::format

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ctstream/tensor.hpp"
+#include "format/scheme.hpp"
 
 namespace ctstream::format {
 
@@ -33,9 +34,11 @@ struct ConfigUse {
 /// Groups entries (in file order) into logical tensors, as far as config.json describes them: with
 /// no compressed-tensors config (`config_json` empty, or a config of another quant_method) every
 /// entry is a plain tensor, exactly as safetensors reads it. `file_of` names a file index in errors.
-/// `use`, when given, receives what the config made of the checkpoint.
+/// `use`, when given, receives what the config made of the checkpoint. `classes` (may be null) are
+/// the caller's module classes, for config groups that target class names.
 std::vector<TensorInfo> group_tensors(const std::vector<RawTensor>& raw, const std::string& config_json,
                                       const std::string& config_file, const SmallReader& read_small,
-                                      const std::function<std::string(uint32_t)>& file_of, ConfigUse* use = nullptr);
+                                      const std::function<std::string(uint32_t)>& file_of, ConfigUse* use = nullptr,
+                                      const ModuleClasses* classes = nullptr);
 
 }  // namespace ctstream::format

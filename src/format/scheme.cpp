@@ -252,12 +252,34 @@ Scheme parse_scheme(const std::string& text, const std::string& file) {
   }
 }
 
+GroupMatch match_groups(const Scheme& s, const std::string& module, const ModuleClasses* classes) {
+  const std::vector<std::string>* own = nullptr;
+  if (classes)
+    if (auto it = classes->find(module); it != classes->end()) own = &it->second;
+  const TargetList::Classes known = own ? TargetList::Classes::of([own](const std::string& c) {
+    return std::find(own->begin(), own->end(), c) != own->end();
+  })
+                                        : TargetList::Classes{};
+  // Without the module's class an ignored class name is nobody's (a module the library ignored
+  // stores no quantized parts for the grouping to find anyway).
+  if (s.ignore.matches(module, known)) return {};
+  GroupMatch m;
+  if (const auto hit = s.group_targets.best_match(module, known)) {
+    m.groups.push_back(&s.groups[s.target_group[*hit]]);
+    return m;
+  }
+  if (own) return m;  // its classes are known and none is targeted
+  for (size_t i : s.group_targets.class_entries()) {
+    const SchemeGroup* g = &s.groups[s.target_group[i]];
+    if (std::find(m.groups.begin(), m.groups.end(), g) == m.groups.end()) m.groups.push_back(g);
+  }
+  m.by_unknown_class = !m.groups.empty();
+  return m;
+}
+
 const SchemeGroup* match_group(const Scheme& s, const std::string& module) {
-  // The reader cannot know a module's class: a class-name target may be any module's, and an
-  // ignored class name none's (compressed-tensors would need the model to tell).
-  if (s.ignore.matches(module, TargetList::Classes{})) return nullptr;
-  const auto hit = s.group_targets.best_match(module, TargetList::Classes::all());
-  return hit ? &s.groups[s.target_group[*hit]] : nullptr;
+  const GroupMatch m = match_groups(s, module, nullptr);
+  return m.groups.empty() ? nullptr : m.groups.front();
 }
 
 bool sparse_targets_module(const Scheme& s, const std::string& module) {

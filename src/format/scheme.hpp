@@ -4,6 +4,7 @@
 // `compression_config` key (compressed-tensors <= 0.4), and a top-level SparseML-style
 // `sparsity_config` block. Pure: JSON text in, scheme out.
 #pragma once
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,10 +62,23 @@ struct Scheme {
 /// `file`.
 Scheme parse_scheme(const std::string& config_json, const std::string& file);
 
-/// The group whose targets match `module` (compressed_tensors/utils/match.py: ignore wins;
-/// exact names first, then regexes in alphabetical order of pattern, then class names), or null.
-/// Class names match any module that stores compressed parts (the model is not known here);
-/// class names in `ignore` never match.
+/// Module name -> the class names it counts as (its class's `__mro__`, as compressed-tensors'
+/// match_class tests them), when the caller knows the model (OpenOptions::module_classes).
+using ModuleClasses = std::map<std::string, std::vector<std::string>>;
+
+/// The config groups that may describe `module` (compressed_tensors/utils/match.py: ignore wins;
+/// exact names first, then regexes in alphabetical order of pattern, then class names).
+struct GroupMatch {
+  /// The deciding group (by name, pattern or a known class), or, when `by_unknown_class`, every
+  /// group with a class-name target in precedence order: the module's class is not known, so each
+  /// is a candidate the stored parts must choose among. Empty: no group targets the module.
+  std::vector<const SchemeGroup*> groups;
+  bool by_unknown_class = false;
+};
+/// `classes` may be null (no model known) or lack `module` (its class unknown); class names in
+/// `ignore` then never match.
+GroupMatch match_groups(const Scheme& s, const std::string& module, const ModuleClasses* classes);
+/// The first group match_groups() gives, or null (tests, fuzzing).
 const SchemeGroup* match_group(const Scheme& s, const std::string& module);
 /// Whether the sparsity config targets `module`.
 bool sparse_targets_module(const Scheme& s, const std::string& module);

@@ -72,6 +72,8 @@ class TargetList {
   bool matches(std::string_view module, const Classes& classes) const {
     return best_match(module, classes).has_value();
   }
+  /// The class-name entries, in precedence order (what best_match tries last, first to last).
+  const std::vector<size_t>& class_entries() const noexcept { return classes_; }
 
  private:
   struct Compiled;

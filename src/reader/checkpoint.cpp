@@ -140,7 +140,8 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
         impl.files.at(r.file)->read_at(r.offset, b);
         return b;
       },
-      [&impl](uint32_t f) { return impl.paths.at(f).string(); }, &use);
+      [&impl](uint32_t f) { return impl.paths.at(f).string(); }, &use,
+      options.module_classes.empty() ? nullptr : &options.module_classes);
   ck->config_info = ConfigInfo{use.compressed_tensors, lay.config_path, use.description};
   for (const auto& t : ck->tensors) check_size(*ck, t);
   if (options.low_rank == LowRank::original && !lay.decompose_path.empty()) {

@@ -51,10 +51,10 @@ def test_request_gives_this_process_amx_tile_state():
 
 @pytest.mark.skipif(host_has_amx(), reason="the host has AMX: covered by the test above")
 def test_request_is_a_no_op_without_amx():
-    code = """
+    code = textwrap.dedent("""
         from ctstream import _amx
         print(_amx.request_amx_tile_state(), _amx.amx_tile_permitted())
-    """
+    """)
     if sys.platform.startswith("linux") and platform.machine() == "x86_64":
         code += "print(permitted())\n"
     out = _child(code)

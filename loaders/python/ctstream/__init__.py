@@ -344,6 +344,16 @@ class Checkpoint:
         text = self._n.config_json()
         return json.loads(text) if text else None
 
+    @property
+    def config_info(self) -> Dict[str, Any]:
+        """Which config, if any, decided how stored entries are grouped and decoded:
+        ``{"compressed_tensors": bool, "file": str | None, "description": str}``. A checkpoint is a
+        compressed-tensors one only when its config.json says so (``quantization_config`` with
+        quant_method "compressed-tensors", or a ``sparsity_config``); any other file reads entry by
+        entry exactly as safetensors reads it (README, "What makes a compressed-tensors checkpoint")."""
+        ct, file, description = self._n.config_info()
+        return {"compressed_tensors": ct, "file": file or None, "description": description}
+
     def metadata(self, file: int = 0) -> Optional[Dict[str, str]]:
         """``__metadata__`` of one file; None when the file has none (as safetensors)."""
         return self._n.metadata(file)

@@ -10,6 +10,7 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <pthread.h>
@@ -450,6 +451,10 @@ class PyCheckpoint {
     return f;
   }
   std::string config_json() const { return ck()->config_json(); }
+  std::tuple<bool, std::string, std::string> config_info() const {
+    const ctstream::ConfigInfo& c = ck()->config_info();
+    return {c.compressed_tensors, c.file.string(), c.description};
+  }
   std::optional<std::map<std::string, std::string>> metadata(uint32_t file) const {
     if (file >= ck()->files().size()) raise("index", "file index out of range");
     if (!ck()->file_has_metadata(file)) return std::nullopt;  // as safetensors: None, not {}
@@ -725,6 +730,7 @@ NB_MODULE(_ctstream, m) {
       .def("infos", &PyCheckpoint::infos)
       .def("files", &PyCheckpoint::files)
       .def("config_json", &PyCheckpoint::config_json)
+      .def("config_info", &PyCheckpoint::config_info)
       .def("metadata", &PyCheckpoint::metadata, "file"_a = 0)
       .def("decode", &PyCheckpoint::decode, "name"_a, "dtype"_a = nb::none(), "dim"_a = -1, "start"_a = 0,
            "stop"_a = kNoStop)
