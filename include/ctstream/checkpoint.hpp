@@ -31,7 +31,8 @@ namespace ctstream {
 
 /// How file bytes are reached.
 enum class IoMode : uint8_t {
-  mmap,   ///< map each file read-only (default; zero-copy views available)
+  mmap,   ///< map each file read-only (default; zero-copy views available, with their risk:
+          ///< see part_view)
   pread,  ///< positional reads into small scratch buffers (network filesystems; immune to
           ///< SIGBUS when a file is truncated by someone else while open)
 };
@@ -132,9 +133,15 @@ class Checkpoint {
   void validate(const TensorInfo& t) const;
 
   /// Zero-copy view of a dense tensor's stored bytes (mmap mode only; throws otherwise).
-  /// Valid while the Checkpoint lives.
+  /// Valid while the Checkpoint lives. The same risk as part_view().
   std::span<const std::byte> stored_view(const TensorInfo& t) const;
-  /// Zero-copy view of one stored part (mmap mode only): keep-packed passthrough.
+  /// Zero-copy view of one stored part (mmap mode only): keep-packed passthrough. An opt-in with
+  /// a risk no check can remove: the span points into the shared mapping of the file, so if any
+  /// process truncates or shrinks the file while you still read the span, the kernel raises
+  /// SIGBUS on the first touched page past the new end, which kills the process (no Error is
+  /// possible). The Error{truncated} this throws covers only a truncation before the call. Use
+  /// read_part() / decode_into() (copies by pread: a truncation is Error{truncated}) unless
+  /// nobody can modify the file while it is open (read-only filesystem, immutable store).
   std::span<const std::byte> part_view(const TensorPart& p) const;
   /// Copies one stored part's raw bytes into `out` (any io mode). @return bytes written.
   uint64_t read_part(const TensorPart& p, std::span<std::byte> out) const;

@@ -40,8 +40,10 @@ struct StreamOptions {
   unsigned threads = 0;
   /// Drop the file pages of each tensor once the consumer moves past it.
   bool release_consumed = true;
-  /// Tensor names in the order to deliver them; empty = the checkpoint's order (file order).
-  std::vector<std::string> order;
+  /// Tensor names in the order to deliver them; nullopt = every tensor in the checkpoint's order
+  /// (file order). An empty list delivers nothing: a caller that filtered every name out (e.g.
+  /// vLLM's lazy iterator when every tensor is lazy) must not get the whole model decoded.
+  std::optional<std::vector<std::string>> order;
   /// Optional caller-owned destination for each tensor (must hold `bytes`); called on a worker
   /// thread, in delivery order. When set, no internal ring is used.
   std::function<std::span<std::byte>(const TensorInfo& t, uint64_t bytes)> destination;

@@ -1,10 +1,15 @@
 // ctstream C ABI (include/ctstream.h) over the C++ API. Every entry point catches everything:
 // no exception crosses the boundary; the message goes to a thread-local last-error string.
+// The library exports the ABI 1-3 ctstream_open_options_init itself (below), in place of the
+// header's static inline one.
+#define CTSTREAM_C_ABI_IMPLEMENTATION
 #include "ctstream.h"
 
 #include <cstddef>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -54,6 +59,12 @@ static_assert(static_cast<int>(ctstream::ErrorKind::out_of_memory) + 1 == CTSTRE
                   static_cast<int>(ctstream::ErrorKind::internal) + 1 == CTSTREAM_ERR_INTERNAL &&
                   static_cast<int>(ctstream::ErrorKind::file_not_found) + 1 == CTSTREAM_ERR_FILE_NOT_FOUND,
               "status enum out of step with ctstream::ErrorKind");
+
+// ctstream_open_options as ABI 1-2 laid it out (tests/c/abi_v2/ctstream.h): 32 bytes, ending
+// before stored_factors (ABI 3).
+constexpr size_t kOptionsV2Size = offsetof(ctstream_open_options, stored_factors);
+constexpr size_t kOptionsV3End = offsetof(ctstream_open_options, stored_factors) + sizeof(uint32_t);
+static_assert(kOptionsV2Size == 32 && sizeof(ctstream_open_options) == 40, "ctstream_open_options layout changed");
 
 bool valid_dtype(int d) noexcept { return d >= 0 && d < kNumDTypes; }
 
@@ -150,17 +161,39 @@ ctstream_status ctstream_dtype_from_name(const char* name, ctstream_dtype* out) 
   });
 }
 
-void ctstream_open_options_init(ctstream_open_options* o) {
-  if (!o) return;
+ctstream_status ctstream_open_options_init_sized(ctstream_open_options* o, size_t struct_size) {
+  if (!o) return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_open_options_init_sized: NULL options");
+  if (struct_size < sizeof(o->struct_size))
+    return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_open_options_init_sized: struct_size " +
+                                                   std::to_string(struct_size) + " cannot hold struct_size");
+  // Every write below stays inside the caller's struct_size bytes: the caller's struct may be an
+  // older, shorter layout than this library's (ABI 1-2 ended before stored_factors).
+  o->struct_size = static_cast<uint32_t>(std::min<size_t>(struct_size, UINT32_MAX));
+  if (struct_size != kOptionsV2Size && struct_size != sizeof(ctstream_open_options))
+    return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_open_options_init_sized: unknown struct_size " +
+                                                   std::to_string(struct_size) + " (this library knows " +
+                                                   std::to_string(kOptionsV2Size) + " and " +
+                                                   std::to_string(sizeof(ctstream_open_options)) + ")");
   const ctstream::OpenOptions d;
-  o->struct_size = sizeof(ctstream_open_options);
   o->io = d.io == ctstream::IoMode::pread ? CTSTREAM_IO_PREAD : CTSTREAM_IO_MMAP;
   o->order = d.order == ctstream::Order::name ? CTSTREAM_ORDER_NAME : CTSTREAM_ORDER_FILE;
   o->threads = d.threads;
   o->max_header_bytes = d.max_header_bytes;
   o->max_json_bytes = d.max_json_bytes;
-  o->stored_factors = d.low_rank == ctstream::LowRank::stored ? 1 : 0;
+  if (struct_size == sizeof(ctstream_open_options)) {
+    o->stored_factors = d.low_rank == ctstream::LowRank::stored ? 1 : 0;
+    // the tail padding too, so a struct the caller memcmp()s or hashes is fully defined
+    std::memset(reinterpret_cast<char*>(o) + kOptionsV3End, 0, sizeof(ctstream_open_options) - kOptionsV3End);
+  }
+  return CTSTREAM_OK;
 }
+
+// ABI 1-3 exported this with the library's own sizeof, writing 8 bytes past the 32-byte struct
+// of a program built against an ABI 1-2 header. ABI 3 was never released, so every program that
+// calls this symbol has (or may have) the 32-byte layout: fill exactly that. Programs built
+// against the ABI 4 header call ctstream_open_options_init_sized through the inline init instead.
+CTSTREAM_API void ctstream_open_options_init(ctstream_open_options* o);
+void ctstream_open_options_init(ctstream_open_options* o) { (void)ctstream_open_options_init_sized(o, kOptionsV2Size); }
 
 ctstream_status ctstream_open(const char* path, const ctstream_open_options* options, ctstream_checkpoint** out) {
   if (out) *out = nullptr;
@@ -168,9 +201,8 @@ ctstream_status ctstream_open(const char* path, const ctstream_open_options* opt
   return guarded([&] {
     ctstream::OpenOptions o;
     if (options) {
-      // ABI version 2's struct ended before stored_factors: still accepted (the field defaults).
-      constexpr size_t kV2Size = offsetof(ctstream_open_options, stored_factors);
-      if (options->struct_size != sizeof(ctstream_open_options) && options->struct_size != kV2Size)
+      // ABI version 1-2's struct ended before stored_factors: still accepted (the field defaults).
+      if (options->struct_size != sizeof(ctstream_open_options) && options->struct_size != kOptionsV2Size)
         return fail(CTSTREAM_ERR_INVALID_ARGUMENT,
                     "ctstream_open: options->struct_size is " + std::to_string(options->struct_size) + ", expected " +
                         std::to_string(sizeof(ctstream_open_options)) + " (call ctstream_open_options_init first)");

@@ -90,7 +90,18 @@ class HeaderSax final : public nlohmann::json_sax<nlohmann::json> {
   bool end_array() override { return close(); }
   bool key(string_t& k) override {
     switch (top()) {
-      case F::root: key_ = k; break;
+      case F::root:
+        // A tensor name with an embedded NUL is valid JSON and safetensors 0.8 loads it, but every
+        // C-string surface (the C ABI's tensor_info.name, a CLI argument, ctstream_find) would cut
+        // it at the NUL: "x\u0000evil" would be listed and found as "x", beside a real "x". So no
+        // surface ever hands out two names that compare equal, it is refused here, once, at open.
+        if (k.find('\0') != string_t::npos) {
+          std::string shown;
+          for (char c : k) shown += c == '\0' ? std::string("\\u0000") : std::string(1, c);
+          fail(ErrorKind::invalid_header, file_, shown, "tensor name contains a NUL character (\\u0000)");
+        }
+        key_ = k;
+        break;
       case F::metadata: meta_key_ = k; break;
       case F::entry_obj: {
         field_ = k == "dtype"          ? Slot::dtype
@@ -359,6 +370,9 @@ std::string serialize_header(const std::vector<StEntry>& entries, const std::map
     // leave a header whose offsets no longer cover the data.
     if (!names.insert(e.name).second)
       throw Error(ErrorKind::invalid_argument, "", e.name, "tensor name appears twice in one safetensors header");
+    // The reader refuses such a name (HeaderSax::key): never write what cannot be read back.
+    if (e.name.find('\0') != std::string::npos)
+      throw Error(ErrorKind::invalid_argument, "", "", "tensor name contains a NUL character (\\u0000)");
     nlohmann::ordered_json v;
     v["dtype"] = std::string(dtype_name(e.dtype));
     v["shape"] = e.shape;

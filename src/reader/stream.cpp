@@ -113,10 +113,10 @@ struct Stream::Impl {
   bool foreign() const noexcept { return ::getpid() != pid; }
 
   Impl(const Checkpoint& c, StreamOptions o) : ck(c), opt(std::move(o)) {
-    if (opt.order.empty()) {
+    if (!opt.order) {
       for (const auto& t : ck.tensors()) order.push_back(&t);
     } else {
-      for (const auto& n : opt.order) order.push_back(&ck.at(n));
+      for (const auto& n : *opt.order) order.push_back(&ck.at(n));
     }
     if (!opt.destination && opt.budget_bytes > 0) ring = io::AnonBuffer(opt.budget_bytes);
     worker = std::thread([this] {

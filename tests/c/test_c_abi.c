@@ -245,6 +245,87 @@ static void test_basics(void) {
   CHECK(ctstream_dtype_from_name("int3", &d) == CTSTREAM_ERR_UNKNOWN_DTYPE, "parse int3");
 }
 
+/* No two names handed out compare equal as C strings (a name with an embedded NUL would list as
+ * its prefix, beside a real tensor of that name). */
+static int names_distinct(const ctstream_checkpoint* ck) {
+  const size_t n = ctstream_tensor_count(ck);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = i + 1; j < n; ++j) {
+      ctstream_tensor_info a, b;
+      if (ctstream_tensor_at(ck, i, &a) != CTSTREAM_OK || ctstream_tensor_at(ck, j, &b) != CTSTREAM_OK) return 0;
+      if (strcmp(a.name, b.name) == 0) return 0;
+    }
+  return 1;
+}
+
+/* tests/fixtures/hostile/name_nul: "x\u0000evil" and "x" (safetensors 0.8 loads both) are
+ * refused at open, in both io modes, naming the NUL. */
+static void test_nul_names(const char* fixtures) {
+  const char* cases[] = {"name_nul", "name_nul_only"};
+  for (int c = 0; c < 2; ++c)
+    for (int io = 0; io < 2; ++io) {
+      char dir[4096];
+      snprintf(dir, sizeof dir, "%s/hostile/%s", fixtures, cases[c]);
+      ctstream_open_options o;
+      ctstream_open_options_init(&o);
+      o.io = io ? CTSTREAM_IO_PREAD : CTSTREAM_IO_MMAP;
+      ctstream_checkpoint* ck = NULL;
+      const int st = ctstream_open(dir, &o, &ck);
+      CHECK(st == CTSTREAM_ERR_INVALID_HEADER && ck == NULL, "%s: status %s: %s", cases[c], ctstream_status_name(st),
+            ctstream_last_error());
+      CHECK(strstr(ctstream_last_error(), "NUL") != NULL, "%s: message says why: %s", cases[c], ctstream_last_error());
+      if (st == CTSTREAM_OK) {
+        CHECK(names_distinct(ck), "%s: two tensors with the same C-string name", cases[c]);
+        ctstream_close(ck);
+      }
+    }
+}
+
+/* Options init (ABI 4): the inline init is sized by this program's compiler; init_sized writes
+ * only the fields the given size holds (canaries after a 32-byte ABI 1-2 struct stay intact). */
+static void test_options_init(const char* fixtures) {
+  ctstream_open_options o;
+  memset(&o, 0xA5, sizeof o);
+  CHECK(ctstream_open_options_init(&o) == CTSTREAM_OK, "inline init");
+  CHECK(o.struct_size == sizeof(ctstream_open_options) && o.stored_factors == 0 && o.io == CTSTREAM_IO_MMAP,
+        "inline init: struct_size %u", o.struct_size);
+
+  enum { kV2 = 32, kPad = 24 };
+  union { /* aligned for the struct; the bytes after it are the canaries */
+    ctstream_open_options o;
+    unsigned char b[sizeof(ctstream_open_options) + kPad];
+  } u;
+  unsigned char* buf = u.b;
+  const size_t buf_size = sizeof u.b;
+  memset(buf, 0xA5, buf_size);
+  ctstream_open_options* p = &u.o;
+  CHECK(ctstream_open_options_init_sized(p, kV2) == CTSTREAM_OK, "init_sized(32): %s", ctstream_last_error());
+  int intact = 1;
+  for (size_t i = kV2; i < buf_size; ++i) intact &= buf[i] == 0xA5;
+  CHECK(intact, "init_sized(32) wrote past 32 bytes");
+  CHECK(p->struct_size == kV2 && p->max_header_bytes == o.max_header_bytes && p->max_json_bytes == o.max_json_bytes,
+        "init_sized(32) filled the ABI 2 fields");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/lowrank/fp32", fixtures);
+  ctstream_checkpoint* ck = NULL;
+  CHECK(ctstream_open(path, p, &ck) == CTSTREAM_OK, "open with a 32-byte struct: %s", ctstream_last_error());
+  ctstream_close(ck);
+
+  /* a size this library does not know (a newer header): only struct_size written, open refuses */
+  memset(buf, 0xA5, buf_size);
+  CHECK(ctstream_open_options_init_sized(p, sizeof(ctstream_open_options) + 8) == CTSTREAM_ERR_INVALID_ARGUMENT,
+        "init_sized(unknown)");
+  intact = 1;
+  for (size_t i = sizeof(uint32_t); i < buf_size; ++i) intact &= buf[i] == 0xA5;
+  CHECK(intact && p->struct_size == sizeof(ctstream_open_options) + 8, "init_sized(unknown) wrote only struct_size");
+  ck = NULL;
+  CHECK(ctstream_open(path, p, &ck) == CTSTREAM_ERR_INVALID_ARGUMENT && ck == NULL, "open refuses an unknown size");
+  memset(buf, 0xA5, buf_size);
+  CHECK(ctstream_open_options_init_sized(p, 3) == CTSTREAM_ERR_INVALID_ARGUMENT && buf[0] == 0xA5 && buf[2] == 0xA5,
+        "init_sized(3) writes nothing");
+  CHECK(ctstream_open_options_init_sized(NULL, sizeof o) == CTSTREAM_ERR_INVALID_ARGUMENT, "init_sized(NULL)");
+}
+
 /* Every hostile case (tests/fixtures/hostile/manifest.tsv: case, kind, stage, tensor) in both io
  * modes: the expected status at the expected stage, a message naming the file, never a crash. */
 static void test_hostile(const char* fixtures) {
@@ -268,6 +349,7 @@ static void test_hostile(const char* fixtures) {
       ctstream_checkpoint* ck = NULL;
       int st = ctstream_open(dir, &o, &ck);
       const int opened = st == CTSTREAM_OK;
+      if (opened) CHECK(names_distinct(ck), "hostile %s: two tensors with the same C-string name", name);
       for (size_t i = 0; opened && st == CTSTREAM_OK && i < ctstream_tensor_count(ck); ++i) {
         ctstream_tensor_info t;
         st = ctstream_tensor_at(ck, i, &t);
@@ -340,6 +422,8 @@ int main(int argc, char** argv) {
   test_basics();
   test_errors(fixtures);
   test_hostile(fixtures);
+  test_nul_names(fixtures);
+  test_options_init(fixtures);
   test_low_rank(fixtures);
 
   char root[4096];

@@ -26,6 +26,12 @@ expect_rc 0 "verify pread" "$CT" verify "$FIX/st/all_dtypes.safetensors" --pread
 expect_rc 2 "unknown command" "$CT" frobnicate
 expect_rc 2 "bad dtype" "$CT" decompress "$FIX/st/sharded" "$TMP/x.safetensors" --dtype int3
 expect_rc 1 "missing path" "$CT" inspect "$TMP/nonexistent"
+# A tensor name with an embedded NUL (safetensors loads it; as a C string / argv it would equal
+# its neighbour "x"): refused at open, by every command that opens (tests/fixtures/hostile/name_nul).
+for cmd in inspect verify; do
+  expect_rc 1 "$cmd NUL name" "$CT" $cmd "$FIX/hostile/name_nul"
+  grep -q 'invalid_header.*NUL' "$TMP/err" && ok || bad "$cmd NUL name: no invalid_header / NUL in the message"
+done
 
 # Every corrupt input: exit 1 with an error line naming the error kind, never a signal.
 for f in "$FIX"/corrupt/*.safetensors "$FIX"/corrupt_dirs/*/; do

@@ -358,6 +358,18 @@ def test_errors():
         assert ck.packed(name)  # keep-packed passthrough still works
 
 
+def test_tensors_names_empty_means_none():
+    """names=None is every tensor; names=[] is none (it was every tensor, decoded ahead), and a
+    list is exactly those, in that order."""
+    with ctstream.open(PACK) as ck:
+        it = ck.tensors(names=[])
+        assert it.__length_hint__() == 0 and list(it) == []
+        assert [n for n, _ in ck.tensors(names=())] == []
+        every = [n for n, _ in ck.tensors()]
+        assert every == ck.keys() and len(every) > 1
+        assert [n for n, _ in ck.tensors(names=every[::-1])] == every[::-1]
+
+
 def test_tensors_stay_valid_after_close():
     ck = ctstream.open(PACK)
     n = len(ck)

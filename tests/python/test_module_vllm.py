@@ -132,3 +132,27 @@ def test_mode_follows_the_model_and_refuses_contradictions():
                               "sparsity_config": {"format": "sparse-bitmask", "targets": ["Linear"]}})
     assert not cv._sparse_config({"quant_method": "compressed-tensors", "sparsity_config": {}})
     assert not cv._sparse_config({"quant_method": "gptq"})
+
+
+def test_lazy_when_every_tensor_is_lazy_decodes_nothing_ahead(monkeypatch):
+    """pread makes every tensor lazy (no plain mmap copies): the eager decode-ahead stream must
+    then be asked for nothing (it was asked for names=[], which used to mean every tensor), and
+    each lazy tensor still equals the library's decompression."""
+    d = CT / "v020_pack_w4_g64_asym_bf16"
+    ref = load_file(str(d / "expected" / "expected.safetensors"))
+    asked = []
+    real = ctstream.Checkpoint.tensors
+
+    def spy(self, dtype=None, names=None):
+        asked.append(None if names is None else list(names))
+        return real(self, dtype=dtype, names=names)
+
+    monkeypatch.setattr(ctstream.Checkpoint, "tensors", spy)
+    from ctstream._lazy import LazyTensor
+
+    got = list(cv.weights_iterator(str(d), io="pread", lazy=True))
+    assert got and all(isinstance(t, LazyTensor) for _, t in got)
+    assert all(a for a in asked), asked  # never None (all) and never [] for "none"
+    for name, t in got:
+        if name in ref:
+            assert torch.equal(bits(t.materialize()), bits(ref[name])), name

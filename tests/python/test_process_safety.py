@@ -3,6 +3,10 @@ crash or a hang fails the test instead of taking pytest down):
 
 * no torch tensor is ever a view of the read-only file mapping (torch has no read-only tensors:
   writing through one killed the process with SIGSEGV); numpy views stay read-only;
+* a file truncated by another process while tensors and parts are held: everything handed out
+  by default (part, part(copy=False), packed, get, tensors, safe_open) is private memory, so it
+  still reads the bytes it had and the next read is Error(truncated), never SIGBUS; the one
+  opt-in view (part(unsafe_view=True)) dies of exactly the SIGBUS its docstring names;
 * Ctrl-C interrupts compress / save_file without a progress callback: KeyboardInterrupt, and
   nothing is left behind;
 * fork(): a child continuing its parent's started tensors() iterator gets a clear error instead
@@ -10,6 +14,8 @@ crash or a hang fails the test instead of taking pytest down):
   compresses) in a forked child even after the parent ran OpenMP-parallel decodes.
 """
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -61,7 +67,7 @@ def test_numpy_part_views_stay_read_only():
     with ctstream.open(CK, framework="np") as ck:
         info = ck.infos()[0]
         role = info.parts[0].role
-        v = ck.part(info.name, role, copy=False)
+        v = ck.part(info.name, role, unsafe_view=True)
         assert not v.flags.writeable
         with pytest.raises(ValueError):
             v.flags.writeable = True
@@ -69,6 +75,81 @@ def test_numpy_part_views_stay_read_only():
             v[...] = 0
         assert ck.part(info.name, role).flags.writeable  # a copy is yours
         assert np.array_equal(ck.part(info.name, role), v)
+
+
+# What every surface hands out, held across a truncation of the file by someone else, then
+# touched byte by byte and compared with what the safetensors library read before it.
+_TRUNCATE = """
+    import os, sys, numpy as np, torch, ctstream
+    from safetensors import safe_open
+    d, io, how = sys.argv[1:4]
+    f = os.path.join(d, "model.safetensors")
+    def raw(a):  # every byte of a (reading them touches them)
+        if isinstance(a, torch.Tensor):
+            return a.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        return np.asarray(a).tobytes()
+    with safe_open(f, "pt") as s:  # the reference: safetensors' own reading, before the truncation
+        ref = {k: raw(s.get_tensor(k)) for k in s.keys()}
+    ck = ctstream.open(d, framework="np", io=io)
+    held = []
+    if how == "default":
+        for info in ck.infos():
+            for p in info.parts:
+                held += [(p.key, ck.part(info.name, p.role)), (p.key, ck.part(info.name, p.role, copy=False)),
+                         (p.key, ck.packed(info.name)[p.role])]
+        dense = [i.name for i in ck.infos() if i.format == "dense"]
+        held += [(n, ck.get(n)) for n in dense] + list(ck.tensors(names=dense))
+        with ctstream.safe_open(d, "pt", packed=True) as so:  # (numpy safe_open refuses bf16, as safetensors)
+            held += [(k, so.get_tensor(k)) for k in so.keys()]
+    else:
+        # the part ending last in the file: its bytes past the first page lose their backing
+        info, p = max(((i, p) for i in ck.infos() for p in i.parts), key=lambda ip: ip[1].offset + ip[1].nbytes)
+        assert p.offset + p.nbytes > os.sysconf("SC_PAGE_SIZE")
+        held.append((p.key, ck.part(info.name, p.role, unsafe_view=True)))
+    assert len(held) >= (4 if how == "default" else 1) and all(k in ref for k, _ in held), len(held)
+    os.truncate(f, 16)
+    print("truncated", flush=True)
+    for k, a in held:
+        assert raw(a) == ref[k], k
+    info = ck.infos()[0]
+    for read in (lambda: ck.part(info.name, info.parts[0].role, copy=False), lambda: ck.get(info.name)):
+        try:
+            read()
+        except ctstream.Error as e:
+            assert e.kind == "truncated", e.kind
+        else:
+            raise SystemExit("a read after the truncation succeeded")
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("io", ["mmap", "pread"])
+def test_truncated_while_held_is_never_sigbus(tmp_path, io):
+    d = tmp_path / "ck"
+    shutil.copytree(CK, d)
+    r = _run(_TRUNCATE, d, io, "default")
+    assert r.stdout.split() == ["truncated", "ok"]
+
+
+def test_unsafe_view_risks_exactly_sigbus(tmp_path):
+    """The opt-in view's docstring says: touched after a truncation, it kills the process with
+    SIGBUS. Held to its word, so the day it becomes safe the docstring is updated too."""
+    d = tmp_path / "ck"
+    shutil.copytree(CK, d)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(_TRUNCATE), str(d), "mmap", "unsafe"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == -signal.SIGBUS and r.stdout.split() == ["truncated"], (r.returncode, r.stdout, r.stderr)
+
+
+def test_unsafe_view_is_numpy_only():
+    with ctstream.open(CK, framework="pt") as ck:
+        info = ck.infos()[0]
+        with pytest.raises(ctstream.Error) as e:
+            ck.part(info.name, info.parts[0].role, unsafe_view=True)
+        assert e.value.kind == "invalid_argument"
+    with ctstream.open(CK, framework="np", io="pread") as ck:  # no mapping: a copy
+        info = ck.infos()[0]
+        assert ck.part(info.name, info.parts[0].role, unsafe_view=True).flags.writeable
 
 
 def test_wrap_copies_read_only_arrays_for_torch():

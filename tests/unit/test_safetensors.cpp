@@ -166,3 +166,30 @@ TEST_CASE("shard names may not leave the checkpoint directory", "[safetensors]")
   CHECK_FALSE(is_contained_name(""));
   CHECK_FALSE(is_contained_name(".."));
 }
+
+TEST_CASE("a tensor name with an embedded NUL is refused at open, and never written", "[safetensors][hostile]") {
+  // safetensors 0.8 loads {"x\u0000evil", "x"} as two tensors; as C strings (the C ABI, CLI
+  // arguments) both are "x". tests/fixtures/hostile/name_nul (gen_hostile.py).
+  for (IoMode io : {IoMode::mmap, IoMode::pread}) {
+    for (const char* c : {"name_nul", "name_nul_only"}) {
+      INFO(c);
+      OpenOptions o;
+      o.io = io;
+      try {
+        (void)Checkpoint::open(th::fixtures() / "hostile" / c, o);
+        FAIL("opened");
+      } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::invalid_header);
+        CHECK(std::string(e.what()).find("NUL") != std::string::npos);
+        CHECK(e.tensor().find('\0') == std::string::npos);  // the name is shown escaped
+        CHECK(e.tensor().find("\\u0000") != std::string::npos);
+      }
+    }
+  }
+  th::TempDir tmp("nulname");
+  const std::string bad("a\0b", 3);
+  CHECK(th::error_kind([&] {
+          SafetensorsWriter w(tmp.path / "m.safetensors", {{bad, DType::U8, {1}}});
+        }) == ErrorKind::invalid_argument);
+  CHECK_FALSE(fs::exists(tmp.path / "m.safetensors"));
+}

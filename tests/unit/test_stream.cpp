@@ -246,3 +246,21 @@ TEST_CASE("a Stream made before fork() is destroyed in the child without waiting
   INFO("child: " << describe(*status));
   CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) == 0));
 }
+
+TEST_CASE("an empty order delivers nothing; no order delivers every tensor", "[stream]") {
+  th::TempDir tmp("stream_empty");
+  auto p = write_model(tmp.path, {{"x", {64, 64}}, {"y", {16, 8}}});
+  auto ck = Checkpoint::open(p);
+  StreamOptions so;
+  so.order = std::vector<std::string>{};  // e.g. vLLM's lazy iterator when every tensor is lazy
+  Stream none(ck, so);
+  CHECK(none.size() == 0);
+  CHECK_FALSE(none.next().has_value());
+  CHECK(none.peak_held_bytes() == 0);  // nothing was decoded ahead either
+  so.order.reset();
+  Stream all(ck, so);
+  CHECK(all.size() == 2);
+  size_t n = 0;
+  while (all.next()) ++n;
+  CHECK(n == 2);
+}

@@ -21,7 +21,16 @@
  *  - A ctstream_checkpoint may be used from several threads at once; ctstream_close must not
  *    race with any other call on the same handle.
  *  - Strings and arrays inside ctstream_tensor_info / ctstream_part_info point into the
- *    checkpoint and stay valid until ctstream_close.
+ *    checkpoint and stay valid until ctstream_close. Names are NUL-free: a checkpoint with a
+ *    tensor name holding an escaped NUL ("x\u0000y") is refused at open (invalid_header), so two
+ *    names handed out never compare equal. No pointer into a mapped file is ever handed out:
+ *    data leaves only by copy (ctstream_decode_into, ctstream_read_part), so a file truncated by
+ *    another process is CTSTREAM_ERR_TRUNCATED, never SIGBUS.
+ *  - Struct evolution (a library newer than the header a program was built with must never
+ *    write past the program's struct): input structs start with `struct_size` and are filled by
+ *    a static inline _init, sized by the caller's compiler; the library reads only the fields
+ *    that size holds. Output structs (ctstream_tensor_info, ctstream_part_info, ctstream_slice)
+ *    never grow: a new field means a new struct and new functions.
  */
 #ifndef CTSTREAM_H
 #define CTSTREAM_H
@@ -41,7 +50,7 @@
 extern "C" {
 #endif
 
-#define CTSTREAM_C_ABI_VERSION 3
+#define CTSTREAM_C_ABI_VERSION 4
 
 /** Result of every fallible call. The non-zero values mirror ctstream::ErrorKind, plus the last
  *  two for faults that only the C boundary has. */
@@ -112,7 +121,7 @@ typedef enum ctstream_order {
 
 /** Options of ctstream_open. Fill with ctstream_open_options_init, then change fields. */
 typedef struct ctstream_open_options {
-  uint32_t struct_size;      /**< sizeof(ctstream_open_options), set by _init */
+  uint32_t struct_size;      /**< the caller's sizeof(ctstream_open_options), set by _init */
   ctstream_io_mode io;       /**< mmap (default) or pread (network filesystems) */
   ctstream_order order;      /**< iteration order of ctstream_tensor_at */
   uint32_t threads;          /**< threads used to decode one large tensor; 0 = all cores */
@@ -172,7 +181,21 @@ CTSTREAM_API uint32_t ctstream_dtype_bits(ctstream_dtype dtype);
 /** Parses "bf16", "bfloat16", "fp16", "float32", "F8_E4M3", ... (case-insensitive). */
 CTSTREAM_API ctstream_status ctstream_dtype_from_name(const char* name, ctstream_dtype* out);
 
-CTSTREAM_API void ctstream_open_options_init(ctstream_open_options* options);
+/** Fills the first `struct_size` bytes of *options with the defaults, struct_size included:
+ *  only the fields a struct of that size holds (32 bytes: ABI 1-2; 40: ABI 3-4). An unknown size
+ *  (a header newer than this library) writes only struct_size, which ctstream_open then refuses;
+ *  under 4 bytes nothing is written. (ABI version 4.) */
+CTSTREAM_API ctstream_status ctstream_open_options_init_sized(ctstream_open_options* options, size_t struct_size);
+
+#ifndef CTSTREAM_C_ABI_IMPLEMENTATION
+/** Fills *options with the defaults. Inline (ABI version 4), so sizeof is the one of the header
+ *  the program was built with: a newer library never writes past the program's struct. (The
+ *  exported function of the same name, kept for programs built against ABI 1-3 headers, fills
+ *  only the 32-byte layout of ABI 1-2 and sets struct_size to 32.) */
+static inline ctstream_status ctstream_open_options_init(ctstream_open_options* options) {
+  return ctstream_open_options_init_sized(options, sizeof *options);
+}
+#endif
 
 typedef struct ctstream_checkpoint ctstream_checkpoint;
 

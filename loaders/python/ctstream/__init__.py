@@ -36,9 +36,11 @@ floating and compressed tensors; integer and bool tensors always come back as st
 the one the compressed-tensors library's decompression returns.
 
 Memory: every returned tensor owns its memory (zero-copy hand-off from the decoder: the array is
-allocated once and decoded into with the GIL released). The one exception, ``part(...,
-copy=False)`` with numpy, is a read-only view of the mapped file; torch tensors are never views of
-the file (torch cannot make a tensor read-only). ``out=`` decodes into a torch tensor /
+allocated once and decoded into with the GIL released), so a file truncated by another process
+while you hold a tensor is an ``Error`` (kind ``truncated``) at the next read, never SIGBUS. The
+one exception is the explicit opt-in ``part(..., unsafe_view=True)`` with numpy: a read-only view
+of the mapped file, which does kill the process with SIGBUS if the file shrinks while the view is
+alive (see ``Checkpoint.part``). ``out=`` decodes into a torch tensor /
 numpy array you pass (any CPU array speaking DLPack or the buffer protocol): it must be
 writable, C-contiguous, of exactly the tensor's (or slice's) shape and of the output dtype.
 """
@@ -360,7 +362,8 @@ class Checkpoint:
 
     # -- data
     def tensors(self, dtype: Any = None, names: Optional[List[str]] = None) -> "TensorIterator":
-        """Yields ``(name, tensor)`` for every tensor (or for ``names``, in that order), decoded
+        """Yields ``(name, tensor)`` for every tensor (``names=None``) or for ``names``, in that
+        order (``names=[]`` yields nothing and decodes nothing), decoded
         ahead on worker threads within the budget. Each tensor is a fresh array you own; file
         pages of each tensor are dropped once it is decoded, so resident memory stays about the
         tensors you keep plus the budget. The iterator may be shared by several threads: each
@@ -390,14 +393,25 @@ class Checkpoint:
         cheapest); further restrictions are applied to that result."""
         return TensorSlice(self, name, dtype)
 
-    def part(self, name: str, role: str, *, copy: bool = True):
-        """One stored part of a tensor, undecoded (see ``packed``). ``copy=False`` with
-        ``framework="np"`` in mmap mode: a read-only zero-copy view of the mapped file
-        (``writeable=False``; numpy refuses writes), valid while you hold it (the checkpoint stays
-        mapped). A torch tensor has no read-only flag - writing through a view of the read-only
-        mapping would kill the process - so with ``framework="pt"`` (and in pread mode) the part
-        is always a copy you own, whatever ``copy`` says."""
-        if not copy and self._fw == "np":
+    def part(self, name: str, role: str, *, copy: bool = True, unsafe_view: bool = False):
+        """One stored part of a tensor, undecoded (see ``packed``): a copy you own, read with
+        ``pread`` (a file truncated since open is an ``Error`` of kind ``truncated``, never a
+        signal). ``copy`` is kept for compatibility and no longer gives a view: ``copy=False``
+        also returns a private copy, because a view of a shared file mapping cannot be protected
+        against another process shrinking the file.
+
+        ``unsafe_view=True`` (numpy, mmap mode only): a read-only zero-copy view of the mapped file
+        (``writeable=False``), kept mapped while you hold it. The risk, exactly: if any process
+        truncates or shrinks the file while the view (or an array derived from it) is alive,
+        touching the bytes past the new end raises SIGBUS, which kills the interpreter; no Python
+        exception can catch it, and the check made when the view is created only covers a
+        truncation before that. Use it only for files nobody modifies while you read them
+        (read-only filesystems, immutable model stores). In pread mode there is no mapping and you
+        get a copy; with ``framework="pt"`` it is refused (a torch tensor has no read-only flag:
+        a write through the read-only mapping would kill the process too)."""
+        if unsafe_view:
+            if self._fw != "np":
+                raise InvalidArgumentError("unsafe_view=True needs framework='np' (torch tensors cannot be read-only)")
             v = self._n.view_part(name, role)
             if v is not None:
                 return _wrap(v[0], v[1], self._fw)

@@ -173,7 +173,9 @@ def weights_iterator(
                 plain = io == "mmap" and t.format == "dense" and nat(t.name, dt) == t.dtype
                 if not plain and (lt := make_lazy(ckpt, t.name, dt)) is not None:
                     lazies[t.name] = lt
-        decoded = iter(ckpt.tensors(dtype=dtype, names=[t.name for t in infos if t.name not in lazies]))
+        eager = [t.name for t in infos if t.name not in lazies]
+        # names=[] means none (names=None would be all): when every tensor is lazy, no decode-ahead.
+        decoded = iter(ckpt.tensors(dtype=dtype, names=eager)) if eager else iter(())
         for t in _progress(infos, len(infos), use_tqdm_on_load, "Loading checkpoint (ctstream, decoded)"):
             if t.name in lazies:
                 yield t.name, lazies.pop(t.name)

@@ -576,8 +576,9 @@ class PyCheckpoint {
   }
 
   // Zero-copy read-only array over one stored part in the file mapping (mmap mode), kept alive
-  // by a reference to the checkpoint: what safetensors' mmap loader hands out. Guarded against a
-  // file truncated since open; `None` in pread mode.
+  // by a reference to the checkpoint: what safetensors' mmap loader hands out. Only behind the
+  // explicit Checkpoint.part(unsafe_view=True): the check here covers a file truncated before this
+  // call; one truncated while the array lives raises SIGBUS when it is touched. `None` in pread mode.
   nb::object view_part(const std::string& name, const std::string& role) const {
     CkPtr ck = this->ck();
     if (ck->options().io != ctstream::IoMode::mmap) return nb::none();
