@@ -256,8 +256,11 @@ GroupMatch match_groups(const Scheme& s, const std::string& module, const Module
   const std::vector<std::string>* own = nullptr;
   if (classes)
     if (auto it = classes->find(module); it != classes->end()) own = &it->second;
+  // compressed-tensors' _match_class (utils/match.py, 0.20.0 and 0.12.2): any class of the module's
+  // MRO by name, and vLLM's LinearBase counts as "Linear".
   const TargetList::Classes known = own ? TargetList::Classes::of([own](const std::string& c) {
-    return std::find(own->begin(), own->end(), c) != own->end();
+    return std::any_of(own->begin(), own->end(),
+                       [&c](const std::string& x) { return x == c || (c == "Linear" && x == "LinearBase"); });
   })
                                         : TargetList::Classes{};
   // Without the module's class an ignored class name is nobody's (a module the library ignored

@@ -65,6 +65,17 @@ for case in v020_pack_w4_g128_asym_bf16 v020_pack_w3_g16_asym_bf16 v020_nvfp4a16
     ct_pairs+=("$out" "$FIX/ct/$case/expected/expected_$dt.safetensors")
   done
 done
+# Config groups that target module classes (gen_class_targets.py, the library's model path): the
+# stored parts choose among them, or --module-classes does; without it an undecidable module is refused.
+for case in embedding_w8_linear_w4 attention_linear_w4 fp8_blocks_64_96; do
+  classes=(--module-classes "$FIX/ct_class/$case/module_classes.json")
+  [ $case = fp8_blocks_64_96 ] || classes=()
+  expect_rc 0 "decompress $case" "$CT" decompress "$FIX/ct_class/$case" "$TMP/class_$case.safetensors" "${classes[@]}"
+  ct_pairs+=("$TMP/class_$case.safetensors" "$FIX/ct_class/$case/expected/expected.safetensors")
+done
+expect_rc 1 "fp8 class groups without --module-classes" "$CT" verify "$FIX/ct_class/fp8_blocks_64_96"
+if grep -q "module classes" "$TMP/err"; then ok; else bad "the refusal does not say to pass module classes"; fi
+expect_rc 1 "--module-classes not an object" "$CT" verify "$FIX/ct_class/fp8_blocks_64_96" --module-classes "$FIX/ct_class/fp8_blocks_64_96/notes.txt"
 if [ -x "$PY" ]; then
   "$PY" "$ROOT/tests/cli/check_ct_decompress.py" "${ct_pairs[@]}" >"$TMP/ct_check" 2>&1
   while read -r status rest; do

@@ -21,7 +21,7 @@ namespace cli {
 
 int cmd_bench(int argc, char** argv) {
   Args a = parse(argc, argv, 2, {"--json", "--pread", "--cold", "--stored-factors"},
-                 {"--threads", "--dtype", "--repeat", "--budget"});
+                 {"--threads", "--dtype", "--repeat", "--budget", "--module-classes"});
   if (a.pos.size() != 1) throw std::invalid_argument("bench needs exactly one PATH");
   const ctstream::DType out = parse_dtype(a.get("--dtype", "bf16"));
   const int repeat = std::max(1, std::stoi(a.get("--repeat", "1")));

@@ -6,7 +6,8 @@
 namespace cli {
 
 int cmd_decompress(int argc, char** argv) {
-  Args a = parse(argc, argv, 2, {"--pread", "--quiet", "--stored-factors"}, {"--dtype", "--threads"});
+  Args a =
+      parse(argc, argv, 2, {"--pread", "--quiet", "--stored-factors"}, {"--dtype", "--threads", "--module-classes"});
   if (a.pos.size() != 2) throw std::invalid_argument("decompress needs PATH and OUT.safetensors");
   auto ckpt = ctstream::Checkpoint::open(a.pos[0], open_options(a));
   ctstream::DecompressOptions opt;

@@ -27,7 +27,9 @@ void usage() {
       "5GB]\n"
       "                                             write a compressed-tensors checkpoint (see compress --help)\n\n"
       "common options: --pread (positional reads instead of mmap), --threads N,\n"
-      "  --stored-factors (a low-rank checkpoint's factors as stored, not the original weights)\n"
+      "  --stored-factors (a low-rank checkpoint's factors as stored, not the original weights),\n"
+      "  --module-classes FILE (JSON: module name -> its class names, for config groups that target\n"
+      "  classes such as Linear / Embedding; without it such groups must be told apart by the stored parts)\n"
       "PATH is a .safetensors file or a model directory (with or without an index).\n",
       ctstream::version_string, ctstream::active_isa());
 }

@@ -247,7 +247,7 @@ def parse_budget(budget: Union[None, int, str]) -> int:
 
 def open(path: Union[str, "os.PathLike[str]"], *, threads: int = 0, budget: Union[None, int, str] = None,
          io: str = "mmap", order: str = "file", framework: Optional[str] = None,
-         low_rank: str = "original") -> "Checkpoint":
+         low_rank: str = "original", module_classes: Any = None) -> "Checkpoint":
     """Opens a checkpoint: a ``.safetensors`` file, or a directory with
     ``model.safetensors.index.json`` or ``*.safetensors`` shards (and ``config.json``, whose
     ``quantization_config`` / ``sparsity_config`` tell how tensors are compressed). Reads only
@@ -262,11 +262,32 @@ def open(path: Union[str, "os.PathLike[str]"], *, threads: int = 0, budget: Unio
         "original" (default) presents the original architecture, ``m.weight`` = ``m.1.weight @
         m.0.weight`` computed on demand in fp32 and ``m.bias`` = ``m.1.bias``; "stored" yields
         the factors under their own names.
+    module_classes: for config groups that target module classes (``Linear``, ``Embedding``,
+        ``LlamaAttention``, ...): a torch model, or a dict module name -> class names
+        (``type(m).__mro__``, as compressed-tensors' ``match_class`` tests them). By default
+        (None), only when the stored parts cannot tell such groups apart, the classes come from
+        config.json's architecture instantiated on the meta device with transformers (as the
+        library matches against a real model); without transformers such a module is refused.
+        ``False``: never build them.
     """
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
         raise InvalidArgumentError(f"threads must be an int >= 0, got {threads!r}")
     fw = _resolve_framework(framework)
-    native = _native._Checkpoint(os.fspath(path), threads, io, order, parse_budget(budget), low_rank)
+    from ._classes import classes_from_config, module_classes_of
+
+    classes = module_classes_of(module_classes) if module_classes not in (None, False) else {}
+    args = (os.fspath(path), threads, io, order, parse_budget(budget), low_rank)
+    try:
+        native = _native._Checkpoint(*args, classes)
+    except Error as e:
+        # Only where the stored parts could not choose among class-name groups does the module's
+        # class matter; then ask the model's architecture (never a guess: the library does the same).
+        if module_classes is not None or e.kind != "unsupported" or "module classes" not in str(e):
+            raise
+        classes = classes_from_config(os.fspath(path))
+        if not classes:
+            raise
+        native = _native._Checkpoint(*args, classes)
     return Checkpoint(native, fw)
 
 

@@ -359,7 +359,7 @@ def load_model(model: Any, path: PathLike, strict: bool = True, *, io: str = "mm
     from . import Error, open as ct_open
 
     state = model.state_dict()
-    with ct_open(path, io=io, threads=threads, budget=budget, framework="pt") as ck:
+    with ct_open(path, io=io, threads=threads, budget=budget, framework="pt", module_classes=model) as ck:
         file_names = ck.keys()
         in_file = set(file_names)
         unexpected = [n for n in file_names if n not in state]
