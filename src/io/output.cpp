@@ -259,6 +259,15 @@ bool commit_directory(const std::filesystem::path& tmp, const std::filesystem::p
     if (errno != EEXIST && errno != EINVAL && errno != ENOSYS)
       fail_errno(final, "cannot rename the finished output into place", errno);
     if (::rename(t, f) == 0) return false;
+    struct stat ls {};
+    if (errno == ENOTDIR && ::lstat(f, &ls) == 0 && S_ISLNK(ls.st_mode)) {
+      // A link at OUT (to an empty directory, as check_output() allowed): the link is replaced,
+      // never its target, as for file outputs; nothing is lost by removing a link.
+      if (::unlink(f) != 0) fail_errno(final, "cannot replace the link at the output path", errno);
+      if (::renameat2(AT_FDCWD, t, AT_FDCWD, f, RENAME_NOREPLACE) == 0 ||
+          ((errno == EINVAL || errno == ENOSYS) && ::rename(t, f) == 0))
+        return false;
+    }
     if (errno == ENOTEMPTY || errno == EEXIST || errno == ENOTDIR)
       throw Error(ErrorKind::io, final.string(), "",
                   "output directory was created or filled while the output was being written; left as it is, "

@@ -268,6 +268,14 @@ TEST_CASE("compress without overwrite does not replace an OUT created and filled
     CHECK(!fs::exists(out / "stale.txt"));
     CHECK(fs::exists(out / "model.safetensors"));
   }
+  SECTION("a link at OUT to an empty directory is replaced, its target untouched") {
+    fs::create_directories(tmp.path / "target");
+    fs::create_directory_symlink(tmp.path / "target", out);
+    compress_checkpoint(tmp.path / "in", out);
+    CHECK(!fs::is_symlink(out));
+    CHECK(fs::exists(out / "model.safetensors"));
+    CHECK(fs::is_empty(tmp.path / "target"));
+  }
   CHECK(no_temp_left(tmp.path));
 }
 
