@@ -362,6 +362,7 @@ def test_save_refuses_non_directory_outputs_and_an_out_filled_meanwhile(tmp_path
     assert sorted(os.listdir(tmp_path)) == ["fifo", "fifo_link", "out", "sock"]
 
 
+MEMORY_SCRIPT = textwrap.dedent("""
     import json, resource, sys, torch, ctstream
     torch.manual_seed(0)
     n, h = 12, 1536  # 12 Linear layers of 1536x1536 fp32: 113 MB
