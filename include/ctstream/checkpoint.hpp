@@ -148,6 +148,15 @@ class Checkpoint {
 
   /// The files that make up the checkpoint (shards), index = TensorPart::file.
   std::span<const std::filesystem::path> files() const noexcept;
+  /// A file open() read, with the identity (st_dev, st_ino) it had when it was read.
+  struct SourceFile {
+    std::filesystem::path path;
+    uint64_t device = 0, inode = 0;
+  };
+  /// Every file the checkpoint was opened from: its shards, its index, config.json and
+  /// decompose_config.json (also when the factors are read as stored). Writers refuse an output
+  /// that is one of them (decompress_to_file), whatever path names it.
+  std::span<const SourceFile> source_files() const noexcept;
   /// `__metadata__` of one file ({} when the file has none).
   const std::map<std::string, std::string>& file_metadata(uint32_t file) const;
   /// Whether the file's header has a `__metadata__` object (safetensors' `metadata()` is None

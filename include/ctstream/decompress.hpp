@@ -27,7 +27,10 @@ DType decompressed_dtype(const TensorInfo& t, const DecompressOptions& opt) noex
 
 /// Decodes every tensor and writes `out` (temp file + rename). Each tensor is validated
 /// (Checkpoint::validate) before its buffer is sized, so a damaged one is reported without
-/// allocating its decoded size. `out` may not be one of the checkpoint's own files.
+/// allocating its decoded size. `out` may not be one of the files the checkpoint was opened from
+/// (Checkpoint::source_files(), by identity: a link to one counts) nor lie in its directory
+/// (Error{invalid_argument}); nor anything but a regular file, nor an output that appeared during
+/// the run (Error{io}; see ctstream/safetensors_writer.hpp). An existing regular file is replaced.
 /// @return tensor bytes written.
 uint64_t decompress_to_file(const Checkpoint& ckpt, const std::filesystem::path& out,
                             const DecompressOptions& opt = {});

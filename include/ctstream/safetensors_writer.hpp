@@ -3,6 +3,19 @@
 // there makes creation fail rather than being followed) that commit() fsyncs and renames into
 // place: an error, an exception or a crash never leaves a partial file under the final name, and
 // without commit() the temporary file is removed.
+//
+// What every writer refuses (SafetensorsWriter, decompress_to_file, compress_checkpoint /
+// compress, write_report_json): an output path that holds, after following a link, anything but
+// a regular file (a directory for compress): a device, a FIFO, a socket (renaming a finished
+// file onto /dev/null would replace it); an output absent at the start that appeared during the
+// run (it is left as it is, nothing is written); an existing output replaced by another file
+// during the run. An existing regular file (or a link, never its target) is replaced at commit().
+//
+// Write limits: a full disk (ENOSPC) or a file-size limit is an Error{io} naming the output, with
+// the temporary file removed. The file-size limit (RLIMIT_FSIZE) reaches a process as SIGXFSZ,
+// whose default action kills it mid-write, before any cleanup; the library does not change signal
+// dispositions behind its caller's back, so a program that wants EFBIG reported as an error
+// ignores SIGXFSZ itself (the ctstream CLI does; CPython does at startup).
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -18,7 +31,7 @@
 
 namespace ctstream {
 namespace io {
-class TempFile;
+class OutputFile;
 }
 
 class SafetensorsWriter {
@@ -45,7 +58,7 @@ class SafetensorsWriter {
 
  private:
   std::filesystem::path out_;
-  std::unique_ptr<io::TempFile> tmp_;  // null once committed
+  std::unique_ptr<io::OutputFile> tmp_;  // null once committed
   std::vector<uint64_t> sizes_;
   uint64_t written_ = 0, expected_ = 0;
 };

@@ -120,7 +120,11 @@ struct CompressOptions {
   /// Largest shard; the output is one `model.safetensors` when everything fits, else
   /// `model-0000i-of-0000N.safetensors` + `model.safetensors.index.json`.
   uint64_t shard_bytes = 5'000'000'000ull;
-  /// Replace an existing non-empty `out_dir` (it is swapped out only after success).
+  /// Replace an existing non-empty `out_dir` (it is swapped out only after success). Without it,
+  /// `out_dir` must be absent or empty at the start and again at the final rename: one created or
+  /// filled during the run (by the user, or a second compress to the same path) is left as it is
+  /// and the call fails with Error{io}. Either way, `out_dir` must not be (a link to) anything but
+  /// a directory. See ctstream/safetensors_writer.hpp for what every writer refuses.
   bool overwrite = false;
   /// Copy the input directory's other files (tokenizer, generation config, sub-folders, ...).
   /// Other weight files (*.bin, *.pt, *.pth, *.ckpt, *.h5, *.msgpack, *.onnx, *.gguf) are skipped.

@@ -35,16 +35,12 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path out, std::vector<Entr
     }
     expected_ = off;
     const std::string header = format::serialize_header(st, metadata);
-    std::error_code ec;
-    if (std::filesystem::is_directory(out_, ec))
-      throw Error(ErrorKind::io, out_.string(), "", "is a directory; give a file name for the output");
-    const std::filesystem::path dir = out_.has_parent_path() ? out_.parent_path() : std::filesystem::path(".");
-    tmp_ = std::make_unique<io::TempFile>(dir, out_.filename().string());
+    tmp_ = std::make_unique<io::OutputFile>(out_);  // the output rules: io::check_output
     uint8_t len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
     std::FILE* f = tmp_->stream();
     if (std::fwrite(len, 1, 8, f) != 8 || std::fwrite(header.data(), 1, header.size(), f) != header.size())
-      throw Error(ErrorKind::io, tmp_->path().string(), "", std::string("write failed: ") + std::strerror(errno));
+      throw Error(ErrorKind::io, out_.string(), "", std::string("write failed: ") + std::strerror(errno));
   });
 }
 
@@ -56,7 +52,7 @@ void SafetensorsWriter::write(std::span<const std::byte> data) {
     if (written_ + data.size() > expected_)
       throw Error(ErrorKind::invalid_argument, out_.string(), "", "more tensor bytes written than declared");
     if (!data.empty() && std::fwrite(data.data(), 1, data.size(), tmp_->stream()) != data.size())
-      throw Error(ErrorKind::io, tmp_->path().string(), "", std::string("write failed: ") + std::strerror(errno));
+      throw Error(ErrorKind::io, out_.string(), "", std::string("write failed: ") + std::strerror(errno));
     written_ += data.size();
   });
 }
@@ -67,7 +63,7 @@ void SafetensorsWriter::commit() {
     if (written_ != expected_)
       throw Error(ErrorKind::invalid_argument, out_.string(), "",
                   "wrote " + std::to_string(written_) + " of " + std::to_string(expected_) + " declared bytes");
-    tmp_->commit_to(out_);
+    tmp_->commit();
     tmp_.reset();
   });
 }

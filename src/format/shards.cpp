@@ -67,8 +67,8 @@ fs::path find_index(const fs::path& dir) {
 
 void read_index(ShardSet& lay, const fs::path& dir, uint64_t max_json) {
   const std::string file = lay.index_path.string();
-  const nlohmann::json j =
-      parse_json(io::read_small_file(lay.index_path, max_json), ErrorKind::invalid_header, file, "index");
+  const nlohmann::json j = parse_json(io::read_small_file(lay.index_path, max_json, &lay.index_id),
+                                      ErrorKind::invalid_header, file, "index");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw Error(ErrorKind::invalid_header, file, "", "index has no \"weight_map\" object");
   std::map<std::string, uint32_t> shard_ids;

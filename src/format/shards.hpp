@@ -7,11 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "io/file.hpp"
+
 namespace ctstream::format {
 
 struct ShardSet {
   std::vector<std::filesystem::path> files;    ///< shard files, in shard-name order
   std::filesystem::path index_path;            ///< empty when there is no index
+  io::FileIdentity index_id;                   ///< the index as read (when there is one)
   std::map<std::string, uint32_t> weight_map;  ///< tensor key -> index into files (index only)
   std::filesystem::path config_path;           ///< config.json beside the files, empty if none
   std::filesystem::path decompose_path;        ///< decompose_config.json (low_rank.hpp), empty if none

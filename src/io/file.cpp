@@ -152,8 +152,11 @@ std::unique_ptr<File> File::open(const std::filesystem::path& path, Mode mode) {
     throw Error(ErrorKind::io, p, "", "not a regular file");
   }
   const auto size = static_cast<uint64_t>(st.st_size);
-  if (mode == Mode::pread) return std::make_unique<PreadFile>(p, fd, size);
-  return std::make_unique<MappedFile>(p, fd, size);
+  std::unique_ptr<File> f;
+  if (mode == Mode::pread) f = std::make_unique<PreadFile>(p, fd, size);
+  else f = std::make_unique<MappedFile>(p, fd, size);
+  f->id_ = {path, static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  return f;
 }
 
 std::span<const std::byte> File::fetch(uint64_t offset, uint64_t n, std::vector<std::byte>& scratch) const {
@@ -166,8 +169,16 @@ std::span<const std::byte> File::fetch(uint64_t offset, uint64_t n, std::vector<
   return scratch;
 }
 
-std::string read_small_file(const std::filesystem::path& path, uint64_t max_bytes) {
+bool identify(const std::filesystem::path& path, FileIdentity& id) noexcept {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  id = {path, static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  return true;
+}
+
+std::string read_small_file(const std::filesystem::path& path, uint64_t max_bytes, FileIdentity* id) {
   auto f = File::open(path, Mode::pread);
+  if (id) *id = f->identity();
   if (f->size() > max_bytes)
     throw Error(ErrorKind::header_too_large, path.string(), "",
                 "file is " + std::to_string(f->size()) + " bytes, over the limit of " + std::to_string(max_bytes));

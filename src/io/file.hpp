@@ -13,6 +13,15 @@ namespace ctstream::io {
 
 enum class Mode : uint8_t { mmap, pread };
 
+/// Which file a path named when it was opened: (st_dev, st_ino) of the open descriptor. Writers
+/// compare an output against the identities a reader recorded (io/output.hpp): a link, a hard
+/// link or another spelling of the same file is the same identity, and a file replaced under the
+/// same name since is not.
+struct FileIdentity {
+  std::filesystem::path path;
+  uint64_t device = 0, inode = 0;
+};
+
 class File {
  public:
   /// Opens `path` read-only; mmap mode maps the whole file (an empty file maps nothing).
@@ -26,6 +35,8 @@ class File {
   uint64_t size() const noexcept { return size_; }
   const std::string& path() const noexcept { return path_; }
   Mode mode() const noexcept { return mode_; }
+  /// The opened file's identity (fstat of the descriptor at open).
+  const FileIdentity& identity() const noexcept { return id_; }
 
   /// Copies [offset, offset+out.size()) into out. Throws Error{truncated} if the file
   /// became shorter, Error{io} on a read error.
@@ -53,9 +64,14 @@ class File {
   std::string path_;
   uint64_t size_;
   Mode mode_;
+  FileIdentity id_;
 };
 
-/// Reads a whole small file (index, config.json) with a size cap. Throws Error.
-std::string read_small_file(const std::filesystem::path& path, uint64_t max_bytes);
+/// The identity of the file `path` names (stat: a link is followed); false when there is none.
+bool identify(const std::filesystem::path& path, FileIdentity& id) noexcept;
+
+/// Reads a whole small file (index, config.json) with a size cap; `id`, when given, receives the
+/// identity of the file read. Throws Error.
+std::string read_small_file(const std::filesystem::path& path, uint64_t max_bytes, FileIdentity* id = nullptr);
 
 }  // namespace ctstream::io

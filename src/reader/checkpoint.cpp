@@ -129,8 +129,15 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   ck->opt = options;
   format::ShardSet lay = format::discover_shards(path, options.max_json_bytes);
   ck->paths = lay.files;
-  if (!lay.config_path.empty()) ck->config = io::read_small_file(lay.config_path, options.max_json_bytes);
+  const auto add_source = [&](const io::FileIdentity& id) { ck->sources.push_back({id.path, id.device, id.inode}); };
+  if (!lay.index_path.empty()) add_source(lay.index_id);
+  if (!lay.config_path.empty()) {
+    io::FileIdentity id;
+    ck->config = io::read_small_file(lay.config_path, options.max_json_bytes, &id);
+    add_source(id);
+  }
   std::vector<format::RawTensor> raw = read_headers(*ck, lay);
+  for (const auto& f : ck->files) add_source(f->identity());
   Impl& impl = *ck;
   format::ConfigUse use;
   ck->tensors = format::group_tensors(
@@ -146,10 +153,17 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   for (const auto& t : ck->tensors) check_size(*ck, t);
   if (options.low_rank == LowRank::original && !lay.decompose_path.empty()) {
     const std::string dec_file = lay.decompose_path.string();
-    const std::string text = io::read_small_file(lay.decompose_path, options.max_json_bytes);
+    io::FileIdentity id;
+    const std::string text = io::read_small_file(lay.decompose_path, options.max_json_bytes, &id);
+    add_source(id);
     format::merge_low_rank(ck->tensors, format::parse_decompose_config(text, dec_file), dec_file);
     for (const auto& t : ck->tensors)
       if (t.format == Format::low_rank) check_low_rank_size(*ck, t, dec_file);
+  }
+  if (options.low_rank != LowRank::original && !lay.decompose_path.empty()) {
+    // Not read (the factors are served as stored), but still one of the checkpoint's files.
+    io::FileIdentity id;
+    if (io::identify(lay.decompose_path, id)) add_source(id);
   }
   if (options.order == Order::name)
     std::stable_sort(ck->tensors.begin(), ck->tensors.end(),
@@ -286,6 +300,7 @@ uint64_t Checkpoint::read_part(const TensorPart& p, std::span<std::byte> out) co
 }
 
 std::span<const fs::path> Checkpoint::files() const noexcept { return impl_->paths; }
+std::span<const Checkpoint::SourceFile> Checkpoint::source_files() const noexcept { return impl_->sources; }
 
 const std::map<std::string, std::string>& Checkpoint::file_metadata(uint32_t file) const {
   if (file >= impl_->metadata.size())

@@ -1,14 +1,12 @@
 #include "ctstream/decompress.hpp"
 
-#include <sys/stat.h>
-
 #include <string>
 #include <vector>
 
 #include "core/boundary.hpp"
 #include "core/paths.hpp"
 #include "ctstream/safetensors_writer.hpp"
-#include "format/low_rank.hpp"
+#include "io/output.hpp"
 
 namespace ctstream {
 namespace {
@@ -16,45 +14,27 @@ namespace {
 namespace fs = std::filesystem;
 
 /// Refuses an output that is one of the files the checkpoint was opened from (its shards, its
-/// index, the config.json and decompose_config.json beside them) or that lies inside the
-/// checkpoint's directory (one holding a config or an index: a model directory, whose next open
-/// would read the output back as part of it). Files that exist are compared by (st_dev, st_ino),
-/// so that links and other spellings are caught; other paths lexically, resolved.
+/// index, config.json, decompose_config.json: Checkpoint::source_files(), compared by the
+/// identity each had when it was read, so that links, hard links and other spellings are caught
+/// wherever those files lie, shards in a subdirectory of the index included), or that lies inside
+/// the checkpoint's directory (one holding a config or an index: a model directory, whose next
+/// open would read the output back as part of it). What else the output may be is the io rule
+/// (io::check_output), which SafetensorsWriter applies again.
 void check_output(const Checkpoint& ckpt, const fs::path& out) {
-  const auto files = ckpt.files();
-  if (files.empty()) return;
+  const auto sources = ckpt.source_files();
+  std::vector<io::FileIdentity> inputs;
+  for (const auto& f : sources) inputs.push_back({f.path, f.device, f.inode});
+  (void)io::check_output(out, io::OutputKind::file, false, inputs);
+  if (sources.size() < 2) return;  // one bare .safetensors file: its directory is not the model's
   std::error_code ec;
-  const fs::path dir = fs::absolute(files.front(), ec).parent_path();
-  std::vector<fs::path> inputs(files.begin(), files.end());
-  bool model_dir = files.size() > 1;
-  for (const fs::path& extra : {dir / "config.json", dir / std::string(format::kDecomposeConfigName)})
-    if (fs::exists(extra, ec)) {
-      inputs.push_back(extra);
-      model_dir = true;
-    }
-  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.size() >= 23 && name.compare(name.size() - 23, 23, ".safetensors.index.json") == 0) {
-      inputs.push_back(it->path());
-      model_dir = true;
-    }
-  }
   const fs::path out_c = fs::weakly_canonical(fs::absolute(out, ec).lexically_normal(), ec);
-  struct stat os {};
-  const bool out_exists = ::stat(out.c_str(), &os) == 0;
-  for (const fs::path& f : inputs) {
-    struct stat st {};
-    const bool same = out_exists && ::stat(f.c_str(), &st) == 0
-                          ? st.st_dev == os.st_dev && st.st_ino == os.st_ino
-                          : fs::weakly_canonical(fs::absolute(f, ec).lexically_normal(), ec) == out_c;
-    if (same)
+  for (const auto& f : sources) {
+    const fs::path dir = fs::weakly_canonical(fs::absolute(f.path, ec).parent_path(), ec);
+    if (detail::path_within(out_c, dir))
       throw Error(ErrorKind::invalid_argument, out.string(), "",
-                  "the output is one of the checkpoint's own files (" + f.string() + "); choose another path");
+                  "the output lies inside the checkpoint directory " + dir.string() +
+                      " (it would be read back as part of the checkpoint); choose a path outside it");
   }
-  if (model_dir && detail::path_within(out_c, fs::weakly_canonical(dir, ec)))
-    throw Error(ErrorKind::invalid_argument, out.string(), "",
-                "the output lies inside the checkpoint directory " + dir.string() +
-                    " (it would be read back as part of the checkpoint); choose a path outside it");
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ struct Checkpoint::Impl {
   uint64_t serial = 0;  // unique per opened checkpoint in this process (never 0)
   OpenOptions opt;
   std::vector<std::filesystem::path> paths;
+  std::vector<Checkpoint::SourceFile> sources;  // every file read at open (source_files())
   std::vector<std::unique_ptr<io::File>> files;
   std::vector<std::map<std::string, std::string>> metadata;
   std::vector<bool> has_metadata;

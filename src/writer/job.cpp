@@ -62,10 +62,10 @@ void fsync_dir(const fs::path& d) {
 
 /// Writes a small file exclusively (a name that exists, a planted link included, is an error).
 void write_text(const fs::path& p, const std::string& text) {
-  io::TempFile f(p.parent_path(), p.filename().string());
+  io::OutputFile f(p);
   if (std::fwrite(text.data(), 1, text.size(), f.stream()) != text.size())
     fail(ErrorKind::io, p.string(), "", std::string("write failed: ") + std::strerror(errno));
-  f.commit_to(p);
+  f.commit();
 }
 
 /// Removes the temporary output directory unless released. While set, the directory is in the
@@ -169,12 +169,9 @@ void Job::prepare_output() {
   // OUT may neither be IN, contain IN (replacing OUT would delete the input) nor lie inside IN
   // (the output would be read back as input); compared on resolved paths, links followed.
   if (!in_.empty()) check_not_nested();
-  if (fs::exists(out_, ec)) {
-    if (!fs::is_directory(out_, ec)) fail(ErrorKind::io, out_.string(), "", "exists and is not a directory");
-    if (!fs::is_empty(out_, ec) && !o_.overwrite)
-      fail(ErrorKind::io, out_.string(), "",
-           "output directory exists and is not empty (pass --overwrite to replace it)");
-  }
+  // A device, FIFO or socket (or a link to one) is refused, and a non-empty directory without
+  // --overwrite; commit() checks the latter again at the rename.
+  (void)io::check_output(out_, io::OutputKind::directory, o_.overwrite);
   try {
     tmp_ = io::make_temp_dir(parent, out_.filename().string(), "tmp");
   } catch (const Error& e) {
@@ -540,36 +537,11 @@ void Job::copy_file_into(const fs::path& src, const struct stat& expect, const f
 
 void Job::commit() {
   check_cancel();
-  std::error_code ec;
   fsync_dir(tmp_);
-  fs::path old;
-  if (fs::exists(fs::symlink_status(out_, ec)) && !fs::is_empty(out_, ec)) {
-    // One atomic step: OUT is the old or the new output at every instant, even if this process is
-    // killed here (the two-rename fallback below has an instant with no OUT). The temp directory
-    // then holds the old output, which the guard removes.
-    if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, out_.c_str(), RENAME_EXCHANGE) == 0) {
-      fsync_dir(out_.parent_path());
-      return;  // guard_ (still set) removes tmp_, now the old output
-    }
-    ec.clear();
-  }
-  if (fs::exists(out_, ec)) {
-    if (fs::is_empty(out_, ec)) {
-      fs::remove(out_, ec);
-    } else {
-      old = tmp_.parent_path() / ("." + out_.filename().string() + ".ctstream-old-" + io::random_token());
-      fs::rename(out_, old, ec);
-    }
-    if (ec) fail(ErrorKind::io, out_.string(), "", "cannot replace the existing output directory: " + ec.message());
-  }
-  fs::rename(tmp_, out_, ec);
-  if (ec) {
-    if (!old.empty()) fs::rename(old, out_, ec);
-    fail(ErrorKind::io, out_.string(), "", "cannot rename the finished output into place: " + ec.message());
-  }
-  guard_.release();
+  // Without --overwrite, an OUT created or filled during the run is not replaced (the io rule).
+  // After an exchange, tmp_ holds the old output, which guard_ (still set) removes.
+  if (!io::commit_directory(tmp_, out_, o_.overwrite)) guard_.release();
   fsync_dir(out_.parent_path());
-  if (!old.empty()) fs::remove_all(old, ec);
 }
 
 void Job::write_extra_files() {

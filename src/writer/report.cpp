@@ -79,13 +79,10 @@ void write_report_json(const std::filesystem::path& path, const CompressReport& 
                        const CompressOptions& options) {
   detail::at_boundary(path.string(), "", [&] {
     const std::string text = report_json(report, options);
-    const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-    if (path.filename().empty())
-      throw Error(ErrorKind::invalid_argument, path.string(), "", "the report path names no file");
-    io::TempFile f(dir, path.filename().string());
+    io::OutputFile f(path);
     if (std::fwrite(text.data(), 1, text.size(), f.stream()) != text.size())
       throw Error(ErrorKind::io, path.string(), "", std::string("write failed: ") + std::strerror(errno));
-    f.commit_to(path);
+    f.commit();
   });
 }
 

@@ -4,7 +4,7 @@
 #     lossless formats decode to exactly the input, --report JSON, progress lines, other files;
 #   * bad inputs, each a clear error (exit 1, naming the file / tensor) and NO partial output:
 #     unsupported dtype for the format, group size not dividing the columns, output directory not
-#     writable, write fault (RLIMIT_FSIZE via `ulimit -f`, SIGXFSZ ignored -> EFBIG), disk full
+#     writable, write fault (RLIMIT_FSIZE via `ulimit -f`; the CLI ignores SIGXFSZ -> EFBIG), disk full
 #     (a 512 KiB tmpfs, when this user may mount), read-only filesystem, existing output, Ctrl-C;
 #   * the byte-exact cross-check with the Python library (tests/python/test_writer_crosscheck.py)
 #     when the reference venv (tools/setup_python.sh) exists.
@@ -128,8 +128,9 @@ if [ "$(id -u)" != 0 ]; then
   err_has "read-only parent" "not writable"
   chmod 755 "$TMP/ro"
 fi
-# write fault: file size limit -> write() fails with EFBIG (SIGXFSZ ignored)
-run 1 "write fault (ulimit -f)" bash -c "ulimit -f 256; trap '' XFSZ; exec \"$CT\" compress \"$IN\" \"$TMP/x\" --quiet"
+# write fault: file size limit -> write() fails with EFBIG: the CLI ignores SIGXFSZ itself (its
+# default action would kill it mid-write, leaving the temporary directory behind)
+run 1 "write fault (ulimit -f)" bash -c "ulimit -f 256; exec \"$CT\" compress \"$IN\" \"$TMP/x\" --quiet"
 err_has "write fault" "File too large"
 no_partial "$TMP/x"
 # disk full and read-only filesystem on a tiny tmpfs (only where mounting is allowed)
@@ -224,6 +225,95 @@ elif [ "$rc" = 0 ]; then echo "note: decompress finished before SIGINT arrived; 
 else bad "decompress Ctrl-C: exit $rc, wanted 130"; fi
 if ls -a "$TMP" | grep -q "ctstream-tmp"; then bad "temporary file left after decompress Ctrl-C: $(ls -a "$TMP" | grep ctstream-tmp)"; else ok; fi
 [ -e "$TMP/big.safetensors" ] && [ "$rc" = 130 ] && bad "partial decompress output" || ok
+
+# ---- what writers refuse to write over (issue 27) ---------------------------------------------
+# Outputs that are not regular files (a directory for compress): a FIFO, a socket, a character
+# device (a private copy of /dev/null's numbers, as root), a link to each. Refused, exit 1, the
+# error names the path and what it is; the node is still what it was.
+NODES=$TMP/nodes
+mkdir -p "$NODES"
+mkfifo "$NODES/fifo"
+python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$NODES/sock"
+kinds="fifo:FIFO sock:socket"
+if mknod "$NODES/null" c 1 3 2>/dev/null; then kinds="$kinds null:character"; else echo "note: mknod not permitted; character-device case skipped"; fi
+for kv in $kinds; do
+  name=${kv%%:*} what=${kv#*:}
+  ln -s "$NODES/$name" "$NODES/$name-link"
+  for p in "$NODES/$name" "$NODES/$name-link"; do
+    run 1 "decompress onto $p" "$CT" decompress "$IN" "$p" --quiet
+    err_has "decompress onto $p" "$p"
+    err_has "decompress onto $p" "$what"
+    run 1 "compress onto $p" "$CT" compress "$IN" "$p" --quiet
+    err_has "compress onto $p" "$what"
+    run 1 "compress --report $p" "$CT" compress "$IN" "$TMP/rep_out" --report "$p" --quiet
+    err_has "compress --report $p" "$what"
+    rm -rf "$TMP/rep_out"
+  done
+  [ -L "$NODES/$name-link" ] && ok || bad "link to $name replaced"
+done
+[ -p "$NODES/fifo" ] && [ -S "$NODES/sock" ] && ok || bad "FIFO or socket replaced"
+if [ -e "$NODES/null" ]; then [ -c "$NODES/null" ] && ok || bad "character device replaced"; fi
+if ls -a "$NODES" | grep -q "ctstream-"; then bad "temporary left beside the nodes"; else ok; fi
+# decompress with shards in a subdirectory of the index: the index and config.json are the
+# checkpoint's files too (compared by identity), as is a hard link to one
+SUBM=$TMP/subm
+mkdir -p "$SUBM/sub"
+cp "$IN"/*.json "$SUBM/"
+mv "$SUBM/tokenizer.json" "$TMP/" 2>/dev/null
+cp "$IN"/model-*.safetensors "$SUBM/sub/"
+sed -i 's#"model-#"sub/model-#g' "$SUBM/model.safetensors.index.json"
+ln "$SUBM/config.json" "$TMP/cfg_hard.json"
+cfg_before=$(md5sum <"$SUBM/config.json")
+run 0 "shards in a subdirectory open" "$CT" inspect "$SUBM"
+for p in "$SUBM/config.json" "$SUBM/model.safetensors.index.json" "$TMP/cfg_hard.json"; do
+  run 1 "decompress onto $p" "$CT" decompress "$SUBM" "$p" --quiet
+  err_has "decompress onto $p" "one of the checkpoint's own files"
+done
+[ "$(md5sum <"$SUBM/config.json")" = "$cfg_before" ] && [ -f "$SUBM/model.safetensors.index.json" ] && ok || bad "decompress replaced the checkpoint's config or index"
+# decompress past a file-size limit (SIGXFSZ not trapped by the shell) and on a full disk: an io
+# error, exit 1, nothing left in the output's directory
+mkdir -p "$TMP/lim"
+run 1 "decompress write fault (ulimit -f)" bash -c "ulimit -f 256; exec \"$CT\" decompress \"$IN\" \"$TMP/lim/d.safetensors\" --quiet"
+err_has "decompress write fault" "File too large"
+[ -z "$(ls -A "$TMP/lim")" ] && ok || bad "decompress write fault left $(ls -A "$TMP/lim")"
+mkdir -p "$TMP/mnt2"
+if mount -t tmpfs -o size=512k ctstream-test "$TMP/mnt2" 2>/dev/null; then
+  MNT=$TMP/mnt2
+  run 1 "decompress disk full (tmpfs 512k)" "$CT" decompress "$IN" "$MNT/d.safetensors" --quiet
+  err_has "decompress disk full" "No space left on device"
+  [ -z "$(ls -A "$MNT")" ] && ok || bad "decompress disk full left $(ls -A "$MNT")"
+  umount "$MNT" && MNT=""
+else
+  echo "note: cannot mount a tmpfs here; decompress disk-full test skipped"
+fi
+# compress without --overwrite: an OUT created and filled while it runs is not swapped out at
+# the commit (exit 1, the new files kept); a second compress to the same OUT meanwhile wins
+race() {  # race OUT ACTION: compress BIG into OUT, run ACTION once its temporary directory exists
+  local out=$1 action=$2
+  "$CT" compress "$BIG" "$out" --format nvfp4-pack-quantized --quiet >/dev/null 2>"$TMP/err" &
+  local pid=$! n=0
+  while ! ls -a "$(dirname "$out")" | grep -q "^\.$(basename "$out")\.ctstream-tmp-" && [ $n -lt 200 ]; do sleep 0.01; n=$((n + 1)); done
+  eval "$action"
+  wait "$pid"; rc=$?
+}
+mkdir -p "$TMP/race"
+race "$TMP/race/out" 'mkdir "$TMP/race/out"; echo precious >"$TMP/race/out/keep.txt"'
+if [ "$rc" = 0 ] && [ ! -e "$TMP/race/out/keep.txt" ]; then bad "compress swapped out an OUT filled during its run"
+elif [ "$rc" = 0 ]; then echo "note: compress finished before OUT was filled; race not exercised"
+else
+  [ "$rc" = 1 ] && ok || bad "race: exit $rc, wanted 1"
+  err_has "OUT filled during the run" "filled while the output was being written"
+  [ "$(cat "$TMP/race/out/keep.txt")" = precious ] && [ ! -e "$TMP/race/out/model.safetensors" ] && ok || bad "OUT filled during the run was replaced"
+fi
+rm -rf "$TMP/race/out"
+race "$TMP/race/out" '"$CT" compress "$IN" "$TMP/race/out" --format int-quantized --quiet >/dev/null 2>&1 || bad "second compress failed"'
+if [ "$rc" = 0 ]; then echo "note: the first compress finished before the second; race not exercised"
+else
+  [ "$rc" = 1 ] && ok || bad "second-writer race: exit $rc, wanted 1"
+  run 0 "the second compress's output survives" "$CT" verify "$TMP/race/out"
+  grep -q '"int-quantized"' "$TMP/race/out/config.json" && ok || bad "OUT is not the second compress's output"
+fi
+if ls -a "$TMP/race" | grep -q "ctstream-"; then bad "temporary left after the races: $(ls -a "$TMP/race")"; else ok; fi
 
 # ---- the library cross-check ----------------------------------------------------------------
 if [ "${CTSTREAM_SKIP_PY:-1}" = 0 ] && [ -x "$PY" ] && "$PY" -c "import torch, compressed_tensors, pytest" 2>/dev/null; then

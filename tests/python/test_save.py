@@ -328,6 +328,40 @@ def test_failed_or_interrupted_save_leaves_nothing(tmp_path):
     assert os.listdir(tmp_path / "taken") == ["keep.txt"]
 
 
+
+def test_save_refuses_non_directory_outputs_and_an_out_filled_meanwhile(tmp_path):
+    """What every writer refuses (issue 27): save_model / save_file / compress never rename their
+    output onto a FIFO, a socket or a link to one, and never swap out an OUT created and filled
+    while they ran (the io rule of the C++ writer, reached through the binding)."""
+    import socket
+
+    m = tiny_llama()
+    os.mkfifo(tmp_path / "fifo")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(tmp_path / "sock"))
+    os.symlink(tmp_path / "fifo", tmp_path / "fifo_link")
+    try:
+        for p, what in [("fifo", "FIFO"), ("sock", "socket"), ("fifo_link", "symbolic link to a FIFO")]:
+            with pytest.raises(ctstream.IOError, match=what):
+                ctstream.save_model(m, tmp_path / p, group_size=32)
+            with pytest.raises(ctstream.IOError, match=what):
+                ctstream.save_file({"layer.weight": torch.randn(64, 64)}, tmp_path / p, group_size=32)
+    finally:
+        s.close()
+    assert (tmp_path / "fifo").is_fifo() and (tmp_path / "sock").is_socket() and (tmp_path / "fifo_link").is_symlink()
+    out = tmp_path / "out"
+
+    def fill(p):
+        if not out.exists():
+            out.mkdir()
+            (out / "keep.txt").write_text("mine")
+
+    with pytest.raises(ctstream.IOError, match="filled while the output was being written"):
+        ctstream.save_model(m, out, group_size=32, progress=fill)
+    assert os.listdir(out) == ["keep.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "fifo_link", "out", "sock"]
+
+
 MEMORY_SCRIPT = textwrap.dedent("""
     import json, resource, sys, torch, ctstream
     torch.manual_seed(0)

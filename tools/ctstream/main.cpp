@@ -1,4 +1,5 @@
 // ctstream — command-line front end. Every subcommand uses only the public library API.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -40,6 +41,11 @@ int main(int argc, char** argv) {
     usage();
     return argc < 2 ? 2 : 0;
   }
+  // Past RLIMIT_FSIZE (`ulimit -f`), write() raises SIGXFSZ, whose default action kills the
+  // process mid-write, leaving its hidden temporary file or directory behind. Ignored, write()
+  // fails with EFBIG instead (setrlimit(2), write(2)), which the writers report as an io error
+  // after removing their temporaries - as under CPython, which ignores SIGXFSZ at startup.
+  std::signal(SIGXFSZ, SIG_IGN);
   const std::string cmd = argv[1];
   try {
     if (cmd == "inspect") return cli::cmd_inspect(argc, argv);
