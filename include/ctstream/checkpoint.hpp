@@ -82,6 +82,12 @@ struct ConfigInfo {
   std::string description;
 };
 
+/// OpenOptions::module_classes from JSON text (`{"model.embed_tokens": ["Embedding", "Module"]}`:
+/// module name -> the class names of `type(m).__mro__`); Error{invalid_argument} naming `what`
+/// (a file name, "--module-classes") unless it is an object of string lists.
+std::map<std::string, std::vector<std::string>> module_classes_from_json(std::string_view json_text,
+                                                                         const std::string& what);
+
 class Checkpoint {
  public:
   /// Opens a single `.safetensors` file, or a directory holding `model.safetensors.index.json`,

@@ -64,7 +64,7 @@ static_assert(static_cast<int>(ctstream::ErrorKind::out_of_memory) + 1 == CTSTRE
 // before stored_factors (ABI 3).
 constexpr size_t kOptionsV2Size = offsetof(ctstream_open_options, stored_factors);
 constexpr size_t kOptionsV3End = offsetof(ctstream_open_options, stored_factors) + sizeof(uint32_t);
-static_assert(kOptionsV2Size == 32 && sizeof(ctstream_open_options) == 40, "ctstream_open_options layout changed");
+static_assert(kOptionsV2Size == 32 && sizeof(ctstream_open_options) == 48, "ctstream_open_options layout changed");
 
 bool valid_dtype(int d) noexcept { return d >= 0 && d < kNumDTypes; }
 
@@ -184,6 +184,7 @@ ctstream_status ctstream_open_options_init_sized(ctstream_open_options* o, size_
     o->stored_factors = d.low_rank == ctstream::LowRank::stored ? 1 : 0;
     // the tail padding too, so a struct the caller memcmp()s or hashes is fully defined
     std::memset(reinterpret_cast<char*>(o) + kOptionsV3End, 0, sizeof(ctstream_open_options) - kOptionsV3End);
+    o->module_classes_json = nullptr;
   }
   return CTSTREAM_OK;
 }
@@ -219,6 +220,8 @@ ctstream_status ctstream_open(const char* path, const ctstream_open_options* opt
         if (options->stored_factors > 1)
           return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_open: stored_factors must be 0 or 1");
         o.low_rank = options->stored_factors ? ctstream::LowRank::stored : ctstream::LowRank::original;
+        if (options->module_classes_json)
+          o.module_classes = ctstream::module_classes_from_json(options->module_classes_json, "module_classes_json");
       }
     }
     *out = new ctstream_checkpoint{ctstream::Checkpoint::open(path, o)};

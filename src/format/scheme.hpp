@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ctstream/tensor.hpp"
@@ -78,6 +79,10 @@ struct GroupMatch {
 /// `classes` may be null (no model known) or lack `module` (its class unknown); class names in
 /// `ignore` then never match.
 GroupMatch match_groups(const Scheme& s, const std::string& module, const ModuleClasses* classes);
+/// Parses module classes given as JSON text ({"model.layers.0.mlp.up_proj": ["Linear", "Module"],
+/// ...}: what `--module-classes FILE` and the C ABI take): Error{invalid_argument} naming `what`
+/// unless it is an object of string lists (nesting-bounded, format/json.hpp).
+ModuleClasses parse_module_classes(std::string_view json_text, const std::string& what);
 /// The first group match_groups() gives, or null (tests, fuzzing).
 const SchemeGroup* match_group(const Scheme& s, const std::string& module);
 /// Whether the sparsity config targets `module`.

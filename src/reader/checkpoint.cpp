@@ -8,6 +8,7 @@
 #include "format/grouping.hpp"
 #include "format/low_rank.hpp"
 #include "format/safetensors.hpp"
+#include "format/scheme.hpp"
 #include "format/shards.hpp"
 #include "reader/internal.hpp"
 #include "reader/rows.hpp"
@@ -310,6 +311,11 @@ const std::map<std::string, std::string>& Checkpoint::file_metadata(uint32_t fil
 
 bool Checkpoint::file_has_metadata(uint32_t file) const noexcept {
   return file < impl_->has_metadata.size() && impl_->has_metadata[file];
+}
+
+std::map<std::string, std::vector<std::string>> module_classes_from_json(std::string_view json_text,
+                                                                         const std::string& what) {
+  return format::parse_module_classes(json_text, what);
 }
 
 const std::string& Checkpoint::config_json() const noexcept { return impl_->config; }

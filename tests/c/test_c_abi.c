@@ -65,7 +65,7 @@ static unsigned char* decode_alloc(ctstream_checkpoint* ck, const char* name, ct
 }
 
 /* Every tensor of expected/<ref> equals ctstream's decode of the case in that dtype. */
-static void compare_case(const char* dir, const char* ref_name, ctstream_io_mode io) {
+static void compare_case(const char* dir, const char* ref_name, ctstream_io_mode io, const char* classes_json) {
   char path[8192];
   snprintf(path, sizeof path, "%s/expected/%s", dir, ref_name);
   ctstream_checkpoint *ref = NULL, *ck = NULL;
@@ -74,6 +74,7 @@ static void compare_case(const char* dir, const char* ref_name, ctstream_io_mode
   ctstream_open_options_init(&o);
   o.io = io;
   o.threads = 2;
+  o.module_classes_json = classes_json;
   int rc = ctstream_open(dir, &o, &ck);
   CHECK(rc == CTSTREAM_OK, "open %s: %s", dir, ctstream_last_error());
   if (rc != CTSTREAM_OK) {
@@ -98,6 +99,37 @@ static void compare_case(const char* dir, const char* ref_name, ctstream_io_mode
   }
   ctstream_close(ck);
   ctstream_close(ref);
+}
+
+/* Config groups that target module classes (fixtures/ct_class, the library's model path): the
+ * stored parts choose among them, or options.module_classes_json does; without it a module the
+ * parts cannot assign is refused (CTSTREAM_ERR_UNSUPPORTED), never decoded with the wrong group. */
+static void test_class_targets(const char* fixtures) {
+  char dir[4096], file[4200];
+  const char* decidable[] = {"embedding_w8_linear_w4", "attention_linear_w4"};
+  for (int i = 0; i < 2; ++i) {
+    snprintf(dir, sizeof dir, "%s/ct_class/%s", fixtures, decidable[i]);
+    compare_case(dir, "expected.safetensors", CTSTREAM_IO_MMAP, NULL);
+  }
+  snprintf(dir, sizeof dir, "%s/ct_class/fp8_blocks_64_96", fixtures);
+  ctstream_checkpoint* ck = NULL;
+  CHECK(ctstream_open(dir, NULL, &ck) == CTSTREAM_ERR_UNSUPPORTED && ck == NULL, "fp8 class groups without classes");
+  CHECK(strstr(ctstream_last_error(), "module classes") != NULL, "%s", ctstream_last_error());
+  snprintf(file, sizeof file, "%s/module_classes.json", dir);
+  FILE* f = fopen(file, "rb");
+  CHECK(f != NULL, "open %s", file);
+  if (!f) return;
+  static char json[1 << 20];
+  size_t n = fread(json, 1, sizeof json - 1, f);
+  fclose(f);
+  json[n] = 0;
+  compare_case(dir, "expected.safetensors", CTSTREAM_IO_MMAP, json);
+  compare_case(dir, "expected.safetensors", CTSTREAM_IO_PREAD, json);
+  ctstream_open_options o;
+  ctstream_open_options_init(&o);
+  CHECK(o.module_classes_json == NULL, "init leaves module_classes_json NULL");
+  o.module_classes_json = "[1, 2]";
+  CHECK(ctstream_open(dir, &o, &ck) == CTSTREAM_ERR_INVALID_ARGUMENT && ck == NULL, "module classes not an object");
 }
 
 static void test_slices(const char* dir) {
@@ -425,6 +457,7 @@ int main(int argc, char** argv) {
   test_nul_names(fixtures);
   test_options_init(fixtures);
   test_low_rank(fixtures);
+  test_class_targets(fixtures);
 
   char root[4096];
   snprintf(root, sizeof root, "%s/ct", fixtures);
@@ -438,10 +471,10 @@ int main(int argc, char** argv) {
     char dir[8192];
     snprintf(dir, sizeof dir, "%s/%s", root, e->d_name);
     const ctstream_io_mode io = (cases % 2) ? CTSTREAM_IO_PREAD : CTSTREAM_IO_MMAP;
-    compare_case(dir, "expected_bf16.safetensors", io);
-    compare_case(dir, "expected_fp16.safetensors", io);
-    compare_case(dir, "expected_fp32.safetensors", io);
-    compare_case(dir, "expected.safetensors", io);
+    compare_case(dir, "expected_bf16.safetensors", io, NULL);
+    compare_case(dir, "expected_fp16.safetensors", io, NULL);
+    compare_case(dir, "expected_fp32.safetensors", io, NULL);
+    compare_case(dir, "expected.safetensors", io, NULL);
     test_slices(dir);
     ++cases;
   }

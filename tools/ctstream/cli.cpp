@@ -9,7 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -98,24 +98,10 @@ ctstream::OpenOptions open_options(const Args& a) {
   if (a.has("--module-classes")) {
     // {"model.layers.0.mlp.up_proj": ["Linear", "Module"], ...}: type(m).__mro__ names per module.
     const std::string file = a.get("--module-classes");
-    std::ifstream in(file);
+    std::ifstream in(file, std::ios::binary);
     if (!in) throw ctstream::Error(ctstream::ErrorKind::io, file, "", "cannot read the --module-classes file");
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (!j.is_object())
-      throw ctstream::Error(ctstream::ErrorKind::invalid_argument, file, "",
-                            "--module-classes needs a JSON object: module name -> list of class names");
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (!it.value().is_array())
-        throw ctstream::Error(ctstream::ErrorKind::invalid_argument, file, it.key(),
-                              "--module-classes: the classes of a module are a list of strings");
-      auto& v = o.module_classes[it.key()];
-      for (const auto& c : it.value()) {
-        if (!c.is_string())
-          throw ctstream::Error(ctstream::ErrorKind::invalid_argument, file, it.key(),
-                                "--module-classes: a class name is a string, got " + c.dump());
-        v.push_back(c.get<std::string>());
-      }
-    }
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    o.module_classes = ctstream::module_classes_from_json(text, file);
   }
   return o;
 }

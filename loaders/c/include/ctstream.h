@@ -131,6 +131,11 @@ typedef struct ctstream_open_options {
    *  architecture (format "low-rank", m.weight = m.1.weight @ m.0.weight); 1 the factors as stored.
    *  (ABI version 3; a struct_size of version 2, without this field, is still accepted.) */
   uint32_t stored_factors;
+  /** ABI 4: the model's module classes, for config groups that target class names ("Linear",
+   *  "Embedding", ...): JSON text of an object module name -> list of class names (its class and
+   *  base classes, as compressed-tensors matches them), copied at open. NULL (default): unknown;
+   *  a module the stored parts cannot assign to one class-name group is then refused. */
+  const char* module_classes_json;
 } ctstream_open_options;
 
 /** Half-open range [start, stop) along dimension `dim` (a tensor-parallel shard). A `stop`
