@@ -51,7 +51,7 @@ class Grouper {
   std::optional<Format> classify(const std::string& p, const Module& m) const;
   QuantArgs args_for(const SchemeGroup* g, const std::string& logical, const RawTensor& main, Format* fmt) const;
   TensorInfo build_module(const std::string& p, const Module& m, Format fmt, std::set<const RawTensor*>& used) const;
-  TensorInfo build(const std::string& p, const Module& m, Format fmt, const SchemeGroup* g,
+  TensorInfo build(const std::string& p, const Module& m, Format fmt, const SchemeGroup* group,
                    std::set<const RawTensor*>& used) const;
 
   const std::vector<RawTensor>& raw_;
@@ -147,7 +147,7 @@ std::optional<Format> Grouper::classify(const std::string& p, const Module& m) c
   return std::nullopt;
 }
 
-TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, const SchemeGroup* g,
+TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, const SchemeGroup* group,
                           std::set<const RawTensor*>& used) const {
   TensorInfo t;
   t.name = p + ".weight";
@@ -164,7 +164,7 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, con
   t.quantized = !sparse || (scale != nullptr && s_.quantized());
   if (t.quantized) {
     Format cfg_fmt = sparse ? Format::naive_quantized : fmt;
-    t.quant = args_for(g, t.name, main, &cfg_fmt);
+    t.quant = args_for(group, t.name, main, &cfg_fmt);
     if (!sparse) fmt = cfg_fmt;
   }
   t.format = fmt;

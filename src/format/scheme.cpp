@@ -283,11 +283,13 @@ GroupMatch match_groups(const Scheme& s, const std::string& module, const Module
 ModuleClasses parse_module_classes(std::string_view text, const std::string& what) {
   const json j = parse_json(text, ErrorKind::invalid_argument, what, "module classes");
   if (!j.is_object())
-    throw Error(ErrorKind::invalid_argument, what, "", "module classes must be a JSON object: module name -> class names");
+    throw Error(ErrorKind::invalid_argument, what, "",
+                "module classes must be a JSON object: module name -> class names");
   ModuleClasses m;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!it.value().is_array())
-      throw Error(ErrorKind::invalid_argument, what, it.key(), "module classes: a module's classes are a list of strings");
+      throw Error(ErrorKind::invalid_argument, what, it.key(),
+                  "module classes: a module's classes are a list of strings");
     auto& v = m[it.key()];
     for (const auto& c : it.value()) {
       if (!c.is_string())
