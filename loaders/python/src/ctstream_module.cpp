@@ -719,8 +719,8 @@ NB_MODULE(_ctstream, m) {
       .def_prop_ro("threads", &TensorIter::threads);
 
   nb::class_<PyCheckpoint>(m, "_Checkpoint")
-      .def(nb::init<const std::string&, unsigned, const std::string&, const std::string&, uint64_t,
-                    const std::string&>(),
+      .def(nb::init<const std::string&, unsigned, const std::string&, const std::string&, uint64_t, const std::string&,
+                    std::map<std::string, std::vector<std::string>>>(),
            "path"_a, "threads"_a = 0, "io"_a = "mmap", "order"_a = "file", "budget"_a = 0, "low_rank"_a = "original",
            "module_classes"_a = std::map<std::string, std::vector<std::string>>{})
       .def("close", &PyCheckpoint::close)
