@@ -309,6 +309,8 @@ uint64_t decode_device(const Checkpoint& ck, const TensorInfo& t, const Cuda& cu
     if (const TensorPart* zp = t.part("weight_zero_point")) {
       job.zp = part("weight_zero_point");
       job.zp_dtype = zp->dtype;
+      job.zp_slice_rows = g.zp.slice_rows;  // packed one 2-D slice at a time (MoE experts)
+      job.zp_words = g.zp.words;
     }
     job.natural = t.dtype;
     job.exact_sub = t.quant.type == QuantType::int_ &&

@@ -176,8 +176,12 @@ __global__ void quant_kernel(QuantJob j, void* out, uint64_t n) {
     if (j.global_scale) s = s / c::f32_from_bits(c::load_le32(j.global_scale));
     float z = 0.f;
     if (j.zp) {
-      z = j.zp_dtype == DType::I32  // packed along rows: column g is a code stream over scale rows
-              ? c::int_code_value(c::int_code(j.zp + 4 * g, 4 * j.scale_cols, j.bits, j.dense_pack, sr), j.bits)
+      // I32: packed along rows one 2-D slice at a time (format::ZeroPointPacking): column g of
+      // slice sr / zp_slice_rows is a code stream over that slice's scale rows.
+      z = j.zp_dtype == DType::I32
+              ? c::int_code_value(c::int_code(j.zp + ((sr / j.zp_slice_rows) * j.zp_words * j.scale_cols + g) * 4,
+                                              4 * j.scale_cols, j.bits, j.dense_pack, sr % j.zp_slice_rows),
+                                  j.bits)
               : c::f32_from_bits(c::round_to(  // rounded to S, as the CPU path (Scales::load_zp)
                     c::f32_bits(c::stored_to_f32(j.zp_dtype, j.zp + (sr * j.scale_cols + g) * zsz, false)), j.natural));
     }

@@ -53,12 +53,13 @@ struct QuantJob {
   DType scale_dtype = DType::BF16;
   bool e8m0 = false;  ///< U8 / F8_E8M0 scales are E8M0 exponents
   uint64_t scale_cols = 1, group_size = 1, row_div = 1;
-  const uint8_t* global_scale = nullptr;  ///< one F32 divisor of every scale (nvfp4), or null
-  const uint8_t* zp = nullptr;            ///< zero points or null
-  DType zp_dtype = DType::I32;            ///< I32 = packed along rows, else one per scale entry
-  const int32_t* gidx = nullptr;          ///< act-order scale column per weight column, or null
-  DType natural = DType::BF16;            ///< S
-  bool exact_sub = false;                 ///< integer codes and zero points
+  const uint8_t* global_scale = nullptr;     ///< one F32 divisor of every scale (nvfp4), or null
+  const uint8_t* zp = nullptr;               ///< zero points or null
+  DType zp_dtype = DType::I32;               ///< I32 = packed along rows, else one per scale entry
+  uint64_t zp_slice_rows = 1, zp_words = 0;  ///< I32: format::ZeroPointPacking (per-slice packing)
+  const int32_t* gidx = nullptr;             ///< act-order scale column per weight column, or null
+  DType natural = DType::BF16;               ///< S
+  bool exact_sub = false;                    ///< integer codes and zero points
 
   DType out = DType::BF16;  ///< D
   SliceMap map;

@@ -254,6 +254,11 @@ std::optional<Geometry> geometry(Format f, const Shape& shape, const QuantArgs* 
     case Format::pack_quantized:
       g.row_units = detail::packed_words(g.cols, a.num_bits, !a.legacy_packing);
       g.row_bytes = g.row_units * 4;
+      if (a.strategy == QuantStrategy::group || a.strategy == QuantStrategy::channel) {
+        // One packed slice per 2-D slice of the weight (ZeroPointPacking); scale rows = rows here.
+        g.zp.slice_rows = std::max<uint64_t>(shape[shape.size() - 2], 1);
+        g.zp.words = detail::packed_words(shape[shape.size() - 2], a.num_bits, !a.legacy_packing);
+      }
       break;
     case Format::nvfp4_pack_quantized:
     case Format::mxfp4_pack_quantized: g.row_units = g.row_bytes = g.cols / 2; break;
@@ -287,7 +292,12 @@ std::optional<Shape> exact_shape(ShapeRule rule, DType dtype, const Geometry& g)
       return s;
     }
     case ShapeRule::zero_point:
-      if (dtype == DType::I32) return Shape{detail::packed_words(g.rows, b, !g.quant.legacy_packing), g.scale.cols};
+      if (dtype == DType::I32) {
+        Shape s(g.shape.begin(), g.shape.end() - 2);  // check_part: >= 2 dims, group / channel
+        s.push_back(g.zp.words);
+        s.push_back(g.scale.cols);
+        return s;
+      }
       return std::nullopt;
     case ShapeRule::cols_vector: return Shape{g.cols};
     case ShapeRule::rows_vector: return Shape{g.rows};
@@ -310,8 +320,10 @@ Why check_part(const PartRule& rule, DType dtype, const Shape& shape, const Geom
     return role + " must be " + dtype_list(rule.dtypes) + ", not " + std::string(dtype_name(dtype));
   const uint64_t n = detail::checked_numel(shape).value_or(UINT64_MAX);
   if (rule.shape == ShapeRule::zero_point && dtype == DType::I32) {
-    if (g.shape.size() != 2 || (g.quant.strategy != QuantStrategy::group && g.quant.strategy != QuantStrategy::channel))
-      return "a packed (I32) weight_zero_point needs a 2-D weight with group or channel scales";
+    // 0.20 packs only group / channel zero points (pack_quantized/base.py:103 PACK_ZP_STRATS).
+    if (g.format != Format::pack_quantized || g.shape.size() < 2 ||
+        (g.quant.strategy != QuantStrategy::group && g.quant.strategy != QuantStrategy::channel))
+      return "a packed (I32) weight_zero_point needs a pack-quantized weight with group or channel scales";
   }
   if (auto want = exact_shape(rule.shape, dtype, g)) {
     if (shape != *want)

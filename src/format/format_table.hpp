@@ -69,8 +69,8 @@ enum class ShapeRule : uint8_t {
   logical,        ///< exactly the logical shape
   packed_rows,    ///< the logical shape with the last dim replaced by Geometry::row_units
   scale,          ///< Geometry::scale.entries() elements; with >= 2 dims, the last is scale.cols
-  zero_point,     ///< I32: packed along rows, [packed_words(rows), scale.cols] (2-D weights,
-                  ///< group / channel); any other dtype: as `scale`
+  zero_point,     ///< I32 (group / channel): packed along rows one 2-D slice at a time,
+                  ///< [*shape[:-2], zp.words, scale.cols] (Geometry::zp); any other dtype: as `scale`
   scalar,         ///< one element
   shape_vector,   ///< ndim integers ([ndim], or [ndim, 1] as sparse-24 writes it)
   cols_vector,    ///< [cols]
@@ -100,6 +100,24 @@ struct ScaleGeometry {
   uint64_t entries() const noexcept { return rows * cols; }
 };
 
+/// Where a packed (I32) zero point keeps the zero point of scale row `sr` and column `g`
+/// (pack-quantized, group / channel). The library packs it along rows with
+/// `pack_to_int32(zp, bits, packed_dim=0)`, which for a weight of more than 2 dims (MoE experts
+/// [E, R, C], zero points [E, R, G]) packs each 2-D slice on its own and stacks them
+/// (compressed-tensors 0.20.0 compressors/pack_quantized/base.py:105, helpers.py:45-52; unpacked
+/// the same way, helpers.py:133-139). So scale row sr lies in slice sr / slice_rows, at code
+/// sr % slice_rows of the column stream made of that slice's `words` words of column g, each
+/// scale.cols words apart.
+struct ZeroPointPacking {
+  uint64_t slice_rows = 1;  ///< scale rows per slice (the weight's shape[-2]; rows for 2-D)
+  uint64_t words = 0;       ///< I32 words per column of one slice (packed_words(slice_rows))
+  /// Byte offset of the first word of column g's stream for scale row sr, and sr's index in it.
+  uint64_t column_byte(uint64_t sr, uint64_t g, uint64_t scale_cols) const noexcept {
+    return ((sr / slice_rows) * words * scale_cols + g) * 4;
+  }
+  uint64_t code_index(uint64_t sr) const noexcept { return sr % slice_rows; }
+};
+
 /// Everything about a tensor's stored layout that follows from its format, logical shape and
 /// quantization arguments. Every product here was overflow-checked when it was built.
 struct Geometry {
@@ -113,6 +131,7 @@ struct Geometry {
   ScaleGeometry scale;     ///< quantized formats
   uint64_t row_units = 0;  ///< packed formats: last dim of the main part (words or bytes per row)
   uint64_t row_bytes = 0;  ///< packed formats: bytes of one row of the main part
+  ZeroPointPacking zp;     ///< pack-quantized group / channel: the packed (I32) zero point
 };
 
 /// A reason a layout is refused; empty = fine.

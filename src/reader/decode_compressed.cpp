@@ -65,6 +65,7 @@ class Scales {
       std::memcpy(&global_, b.data(), 4);
       has_global_ = true;
     }
+    zp_packing_ = geo.zp;
     if (const TensorPart* zp = t.part("weight_zero_point")) load_zp(*zp, geo.rows);
   }
   uint64_t group_size() const { return gs_; }
@@ -104,17 +105,24 @@ class Scales {
             codecs::round_to(codecs::f32_bits(to_f32(zp.dtype, raw.data() + i * esz, false)), t_.dtype));
       return;
     }
-    // Packed along rows (pack_to_int32(packed_dim=0)): column g is a code stream over rows.
+    // Packed along rows (pack_to_int32(packed_dim=0)), one 2-D slice of the weight at a time
+    // (MoE experts): column g of each slice is a code stream over that slice's rows. The format
+    // table says where (Geometry::zp); group / channel only, so scale rows = rows.
     const unsigned b = t_.quant.num_bits;
     const bool dense = !t_.quant.legacy_packing;
-    const uint64_t words = detail::packed_words(rows, b, dense);
-    assert(zp.nbytes == words * G_ * 4);
-    std::vector<uint8_t> col(words * 4);
-    std::vector<float> vals(rows);
-    for (uint64_t g = 0; g < G_; ++g) {
-      for (uint64_t k = 0; k < words; ++k) std::memcpy(&col[4 * k], raw.data() + (k * G_ + g) * 4, 4);
-      codecs::unpack_int_row(col.data(), b, dense, rows, vals.data());
-      for (uint64_t r = 0; r < rows; ++r) zp_[r * G_ + g] = vals[r];
+    const format::ZeroPointPacking& pk = zp_packing_;
+    const uint64_t slice_rows = std::min(pk.slice_rows, rows);
+    assert(rows == scale_rows_ && (slice_rows == 0 || rows % slice_rows == 0));
+    assert(zp.nbytes == (slice_rows == 0 ? 0 : rows / slice_rows) * pk.words * G_ * 4);
+    std::vector<uint8_t> col(pk.words * 4);
+    std::vector<float> vals(slice_rows);
+    for (uint64_t r0 = 0; r0 < rows; r0 += slice_rows) {
+      for (uint64_t g = 0; g < G_; ++g) {
+        const uint64_t at = pk.column_byte(r0, g, G_);
+        for (uint64_t k = 0; k < pk.words; ++k) std::memcpy(&col[4 * k], raw.data() + at + k * G_ * 4, 4);
+        codecs::unpack_int_row(col.data(), b, dense, slice_rows, vals.data());
+        for (uint64_t r = 0; r < slice_rows; ++r) zp_[(r0 + r) * G_ + g] = vals[r];
+      }
     }
   }
   const Checkpoint::Impl& ck_;
@@ -124,6 +132,7 @@ class Scales {
   float global_ = 1.f;
   uint64_t ssz_ = 2, G_ = 1, gs_ = 1, row_div_ = 1, scale_rows_ = 1;
   std::vector<float> zp_;
+  format::ZeroPointPacking zp_packing_;
 };
 
 DequantSpec spec_for(const TensorInfo& t, DType out, uint64_t group_size) {

@@ -102,6 +102,24 @@ TEST_CASE("every compressed-tensors fixture decodes on the device bit-identicall
   cudaStreamDestroy(stream);
 }
 
+TEST_CASE("3-D MoE experts with packed zero points decode on the device bit-identically to the CPU",
+          "[device][ct][moe]") {
+  // The per-expert zero-point packing (format::ZeroPointPacking) on the device path, every dim sliced.
+  cudaStream_t stream;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  int decoded = 0;
+  for (const char* name :
+       {"w4a16_group32_asym", "w4a16_channel_asym", "w8a16_channel_asym", "v0171_w3a16_group32_asym"})
+    for (IoMode io : {IoMode::mmap, IoMode::pread}) {
+      INFO("case " << name);
+      OpenOptions o;
+      o.io = io;
+      decoded += compare_all(Checkpoint::open(th::fixtures() / "ct_moe" / name, o), stream);
+    }
+  CHECK(decoded > 100);
+  cudaStreamDestroy(stream);
+}
+
 TEST_CASE("every dense fixture decodes on the device bit-identically to the CPU", "[device][dense]") {
   size_t files = 0;
   int decoded = 0;

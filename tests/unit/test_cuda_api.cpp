@@ -52,3 +52,29 @@ TEST_CASE("decode_into_device refuses with Error{unsupported} when no CUDA devic
           ErrorKind::unsupported);
   }
 }
+
+TEST_CASE("decode_into_device takes 3-D experts with packed zero points through the same host checks", "[cuda][moe]") {
+  // The device path reads the per-expert zero-point packing from the format table
+  // (format::ZeroPointPacking); tests/cuda/test_device.cpp checks its values on a GPU. Here: the
+  // host side accepts the geometry (its refusal is the missing device, or a too-small buffer /
+  // a bad slice dim with one), never the old "2-D weight" rule.
+  auto ck = Checkpoint::open(th::fixtures() / "ct_moe" / "w4a16_group32_asym");
+  const TensorInfo& t = ck.at("model.layers.0.mlp.experts.gate_up_proj.weight");
+  REQUIRE(t.shape.size() == 3);
+  for (unsigned dim : {0u, 1u, 2u}) {
+    const Slice s{dim, 1, 3};
+    const uint64_t need = ck.output_bytes(t, DType::BF16, s);
+    if (!cuda::available()) {
+      void* bogus = reinterpret_cast<void*>(uintptr_t{0x10});
+      CHECK(th::error_kind([&] { (void)cuda::decode_into_device(ck, t, bogus, need, DType::BF16, nullptr, s); }) ==
+            ErrorKind::unsupported);
+    } else {
+      CHECK(th::error_kind([&] {
+              (void)cuda::decode_into_device(ck, t, nullptr, need - 1, DType::BF16, nullptr, s);
+            }) == ErrorKind::buffer_too_small);
+      CHECK(th::error_kind([&] {
+              (void)cuda::decode_into_device(ck, t, nullptr, need, DType::BF16, nullptr, Slice{3, 0, 1});
+            }) == ErrorKind::invalid_argument);
+    }
+  }
+}
