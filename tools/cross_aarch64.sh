@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/dev/null ||
-   [ ! -e /usr/lib/aarch64-linux-gnu/libre2.so ] || [ ! -e /usr/lib/aarch64-linux-gnu/libgomp.so.1 ]; then
+   [ ! -e /usr/lib/aarch64-linux-gnu/libre2.so ] || [ ! -e /usr/lib/aarch64-linux-gnu/libpcre2-8.so ] || [ ! -e /usr/lib/aarch64-linux-gnu/libgomp.so.1 ]; then
   echo "aarch64: cross toolchain absent (tools/setup.sh installs it), skipped"
   exit 0
 fi

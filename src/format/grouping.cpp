@@ -253,9 +253,9 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, con
 
   // 4. The geometry, and every part against the format's table.
   Why why;
-  const auto g = geometry(fmt, t.shape, t.quantized ? &t.quant : nullptr, why);
-  if (!g) fail(main, t.name, why);
-  t.quant = g->quant;
+  const auto geo = geometry(fmt, t.shape, t.quantized ? &t.quant : nullptr, why);
+  if (!geo) fail(main, t.name, why);
+  t.quant = geo->quant;
   std::set<Role> seen;
   for (const PartRule& rule : part_rules(fmt)) {
     if (sparse && !t.quantized && (rule.role == Role::weight_scale || rule.role == Role::weight_zero_point)) continue;
@@ -266,7 +266,7 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, con
              std::string(format_name(fmt)) + " tensor has no '" + std::string(role_name(rule.role)) + "' part");
       continue;
     }
-    if (Why w = check_part(rule, r->dtype, r->shape, *g); !w.empty()) {
+    if (Why w = check_part(rule, r->dtype, r->shape, *geo); !w.empty()) {
       if (rule.role == Role::weight_packed && fmt == Format::pack_quantized)
         w += " (" + std::to_string(t.shape.back()) + " columns of " + std::to_string(t.quant.num_bits) +
              "-bit codes, " + (t.quant.legacy_packing ? "<= 0.17" : "0.18+") + " layout)";

@@ -1,6 +1,8 @@
 // libFuzzer target: config.json -> scheme (quantization / sparsity configs, `re:` targets) and
 // module matching. Input: the config text; its last line doubles as a list of module names to
-// match. Bounded parsing and linear-time matching: -timeout catches a pattern that backtracks.
+// match. Bounded parsing and matching: RE2 patterns in linear time, the others (lookaround,
+// backreferences) on PCRE2 under step limits that end in an Error; -timeout catches either
+// running away.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,7 +15,14 @@ using namespace ctstream::format;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  std::vector<std::string> names = {"model.layers.0.mlp.down_proj", "lm_head", "", std::string(300, 'a')};
+  std::vector<std::string> names = {"model.layers.0.mlp.down_proj",
+                                    "lm_head",
+                                    "",
+                                    std::string(300, 'a'),
+                                    std::string(40, 'a') + "b",
+                                    "a\n",
+                                    "m\xc3\xb3"
+                                    "dulo.\xff"};
   const auto nl = text.rfind('\n');
   if (nl != std::string::npos) names.push_back(text.substr(nl + 1));
   try {
