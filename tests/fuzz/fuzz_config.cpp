@@ -25,12 +25,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                     "dulo.\xff"};
   const auto nl = text.rfind('\n');
   if (nl != std::string::npos) names.push_back(text.substr(nl + 1));
+  // The same text as module classes (--module-classes, the C ABI's module_classes_json).
+  ModuleClasses classes;
+  try {
+    classes = parse_module_classes(text, "module classes");
+  } catch (const ctstream::Error&) {
+  }
   try {
     const Scheme s = parse_scheme(text, "config.json");
     for (const auto& n : names) {
       const SchemeGroup* g = match_group(s, n);
       if (g && (g < s.groups.data() || g >= s.groups.data() + s.groups.size())) __builtin_trap();
       (void)sparse_targets_module(s, n);
+      for (const ModuleClasses* c : {static_cast<const ModuleClasses*>(nullptr), &classes})
+        for (const SchemeGroup* h : match_groups(s, n, c).groups)
+          if (h < s.groups.data() || h >= s.groups.data() + s.groups.size()) __builtin_trap();
     }
   } catch (const ctstream::Error&) {
   }
