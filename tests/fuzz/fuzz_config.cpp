@@ -37,7 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const SchemeGroup* g = match_group(s, n);
       if (g && (g < s.groups.data() || g >= s.groups.data() + s.groups.size())) __builtin_trap();
       (void)sparse_targets_module(s, n);
-      for (const ModuleClasses* c : {static_cast<const ModuleClasses*>(nullptr), &classes})
+      for (const ModuleClasses* c :
+           {static_cast<const ModuleClasses*>(nullptr), static_cast<const ModuleClasses*>(&classes)})
         for (const SchemeGroup* h : match_groups(s, n, c).groups)
           if (h < s.groups.data() || h >= s.groups.data() + s.groups.size()) __builtin_trap();
     }
