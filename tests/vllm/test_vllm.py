@@ -39,6 +39,10 @@ RUN = [sys.executable, os.path.join(HERE, "run_llm.py")]
 @pytest.fixture(scope="session")
 def models(tmp_path_factory):
     assert CLI, "set CTSTREAM_CLI to the ctstream binary"
+    if os.environ.get("CTSTREAM_VLLM_MODELS"):  # made once by run.sh for all pytest-xdist workers
+        import pathlib
+
+        return pathlib.Path(os.environ["CTSTREAM_VLLM_MODELS"])
     out = tmp_path_factory.mktemp("vllm_models")
     subprocess.run([sys.executable, os.path.join(HERE, "make_models.py"), str(out), CLI], check=True,
                    stdout=subprocess.DEVNULL)
@@ -99,12 +103,14 @@ def reference(models, name, *args):
     return _cache[key]
 
 
+@pytest.mark.xdist_group("dense")
 def test_dense_checkpoint_equals_vllm_loader(models):
     got = run(models / "dense", "--load-format", "ctstream")
     assert outputs(got) == reference(models, "dense")
     assert "Loading weights took" in got["log"]  # DefaultModelLoader's timer, kept
 
 
+@pytest.mark.xdist_group("dense")
 def test_sparse_bitmask_needs_only_the_load_format(models):
     # vLLM alone refuses the config ("Sparsity support has been removed"); ctstream's quantization
     # method claims it, the model is built dense, and the decode is lossless.
@@ -114,7 +120,7 @@ def test_sparse_bitmask_needs_only_the_load_format(models):
     assert outputs(got) == reference(models, "dense")
 
 
-@pytest.mark.parametrize("q", ["int4", "int8", "fp8"])
+@pytest.mark.parametrize("q", [pytest.param(q, marks=pytest.mark.xdist_group(q)) for q in ("int4", "int8", "fp8")])
 def test_stored_parts_equal_vllm_own_loading(models, q):
     want = reference(models, q)
     got = run(models / q, "--load-format", "ctstream")
@@ -122,13 +128,14 @@ def test_stored_parts_equal_vllm_own_loading(models, q):
     assert "stored parts" in got["log"]
 
 
-@pytest.mark.parametrize("q", ["int4", "int8", "fp8"])
+@pytest.mark.parametrize("q", [pytest.param(q, marks=pytest.mark.xdist_group(q)) for q in ("int4", "int8", "fp8")])
 def test_dense_mode_equals_library_decompression(models, q):
     got = run(models / q, "--load-format", "ctstream", "--quantization", "ctstream")
     assert outputs(got) == reference(models, q + "_lib")
     assert "decoded" in got["log"]
 
 
+@pytest.mark.xdist_group("lowrank")
 def test_low_rank_checkpoint_loads_as_the_original_architecture(models):
     # ptdeco's layout (m.0.weight / m.1.weight + decompose_config.json) into vLLM's unmodified
     # Llama: the load format yields m.weight = m.1.weight @ m.0.weight, computed per (TP) slice.
@@ -140,11 +147,13 @@ def test_low_rank_checkpoint_loads_as_the_original_architecture(models):
     assert [o["tokens"] for o in outputs(tp)] == [o["tokens"] for o in reference(models, "lowrank_dense")]
 
 
+@pytest.mark.xdist_group("int4")
 def test_eager_decoding_equals_lazy(models):
     got = run(models / "int4", "--load-format", "ctstream", "--quantization", "ctstream", "--extra", '{"lazy": false}')
     assert outputs(got) == reference(models, "int4_lib")
 
 
+@pytest.mark.xdist_group("int4")
 def test_tensor_parallel_decodes_only_each_ranks_slice(models):
     # TP=2: each rank's weight loaders narrow the lazily decoded tensors; the slice is decoded
     # straight into the parameter. Same tokens as TP=1 (logprobs may differ in the last bits:
@@ -153,17 +162,20 @@ def test_tensor_parallel_decodes_only_each_ranks_slice(models):
     assert [o["tokens"] for o in outputs(got)] == [o["tokens"] for o in reference(models, "int4_lib")]
 
 
+@pytest.mark.xdist_group("int8")
 def test_hf_overrides_builds_it_dense_too(models):
     got = run(models / "int8", "--load-format", "ctstream", "--hf-overrides", '{"quantization_config": null}')
     assert outputs(got) == reference(models, "int8_lib")
 
 
+@pytest.mark.xdist_group("fp8")
 def test_static_activation_scales_load_in_dense_mode(models):
     # input_scale entries have no parameter in an unquantized model: dropped, not an error.
     got = run(models / "fp8_static", "--load-format", "ctstream", "--quantization", "ctstream")
     assert outputs(got) == reference(models, "fp8_lib")
 
 
+@pytest.mark.xdist_group("mp")
 def test_default_multiprocessing_finds_the_plugin_by_entry_point(models):
     got = run(models / "sparse", "--load-format", "ctstream", mp=True)
     assert outputs(got) == reference(models, "dense")
@@ -172,6 +184,7 @@ def test_default_multiprocessing_finds_the_plugin_by_entry_point(models):
     assert outputs(got) == want
 
 
+@pytest.mark.xdist_group("refusals")
 def test_mode_mismatch_is_refused_with_what_to_pass(models):
     r = run(models / "int4", "--load-format", "ctstream", "--extra", '{"mode": "dense"}')
     assert "error" in r and "--quantization ctstream" in r["error"], r
@@ -214,6 +227,7 @@ def test_plugin_gives_the_process_amx_tile_state():
     assert r.stdout.split()[-1] == "True", r.stdout
 
 
+@pytest.mark.xdist_group("readme")
 def test_readme_example_runs(models):
     example = os.path.join(HERE, "..", "..", "loaders", "examples", "vllm_offline.py")
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
@@ -233,6 +247,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.xdist_group("dense")
 def test_vllm_serve(models):
     vllm = os.path.join(os.path.dirname(sys.executable), "vllm")
     port = _free_port()
