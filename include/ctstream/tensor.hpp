@@ -12,6 +12,8 @@
 namespace ctstream {
 
 using Shape = std::vector<uint64_t>;
+/// A shape as messages and listings print it: "[4096, 11008]" ("[]" for a scalar).
+std::string shape_str(const Shape& s);
 
 /// How a logical tensor is stored (compressed-tensors `CompressionFormat` names).
 enum class Format : uint8_t {

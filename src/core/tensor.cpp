@@ -4,6 +4,12 @@
 
 namespace ctstream {
 
+std::string shape_str(const Shape& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
 std::string_view format_name(Format f) noexcept {
   switch (f) {
     case Format::dense: return "dense";

@@ -82,12 +82,6 @@ constexpr PartRule kMarlin24[] = {
 
 uint64_t ceil_div(uint64_t a, uint64_t b) noexcept { return a / b + (a % b != 0); }
 
-std::string shape_str(const Shape& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 bool two_d_only(Format f) {
   return f != Format::pack_quantized && f != Format::naive_quantized && f != Format::int_quantized &&
          f != Format::float_quantized;

@@ -20,12 +20,6 @@ bool ends_with(const std::string& s, std::string_view suf) {
   return s.size() > suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
-std::string shape_str(const Shape& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 // The stored entries of one module, by role (`<module>.<role>`; sparse formats drop `.weight`).
 struct Module {
   std::map<Role, const RawTensor*> parts;

@@ -17,12 +17,6 @@ using Kind = LowRankModule::Kind;
 // them fits in 64 bits.
 constexpr uint64_t kMaxDim = uint64_t{1} << 20;
 
-std::string shape_str(const Shape& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 [[noreturn]] void bad(ErrorKind k, const std::string& file, const std::string& module, const std::string& msg) {
   throw Error(k, file, module, msg);
 }

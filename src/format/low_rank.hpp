@@ -16,10 +16,9 @@
 #include <vector>
 
 #include "ctstream/tensor.hpp"
+#include "format/file_names.hpp"
 
 namespace ctstream::format {
-
-inline constexpr std::string_view kDecomposeConfigName = "decompose_config.json";
 
 /// One decomposed module: original weight [out, in(, kh, kw)] = B [out, r] @ A [r, in * kh * kw].
 struct LowRankModule {

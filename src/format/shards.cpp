@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "ctstream/error.hpp"
+#include "format/file_names.hpp"
 #include "format/json.hpp"
 #include "io/file.hpp"
 
@@ -56,9 +57,9 @@ std::vector<fs::path> files_ending(const fs::path& dir, const std::string& suffi
 }
 
 fs::path find_index(const fs::path& dir) {
-  fs::path preferred = optional_file(dir / "model.safetensors.index.json", "the index");
+  fs::path preferred = optional_file(dir / kIndexName, "the index");
   if (!preferred.empty()) return preferred;
-  const std::vector<fs::path> found = files_ending(dir, ".safetensors.index.json");
+  const std::vector<fs::path> found = files_ending(dir, std::string(kIndexSuffix));
   if (found.size() > 1)
     throw Error(ErrorKind::invalid_header, dir.string(), "",
                 "directory holds several *.safetensors.index.json files; open one shard set's file directly");
@@ -114,13 +115,13 @@ ShardSet discover_shards(const fs::path& path, uint64_t max_json) {
   if (fs::is_regular_file(st)) {
     lay.files.push_back(path);
     // A single shard of a saved model: its config.json beside it carries the scheme.
-    fs::path cfg = path.parent_path().empty() ? fs::path("config.json") : path.parent_path() / "config.json";
-    lay.config_path = optional_file(cfg, "config.json");
+    fs::path cfg = path.parent_path().empty() ? fs::path(kConfigName) : path.parent_path() / kConfigName;
+    lay.config_path = optional_file(cfg, kConfigName);
     lay.decompose_path = optional_file(cfg.parent_path() / kDecomposeConfigName, kDecomposeConfigName);
     return lay;
   }
   if (!fs::is_directory(st)) throw Error(ErrorKind::io, path.string(), "", "neither a file nor a directory");
-  lay.config_path = optional_file(path / "config.json", "config.json");
+  lay.config_path = optional_file(path / kConfigName, kConfigName);
   lay.decompose_path = optional_file(path / kDecomposeConfigName, kDecomposeConfigName);
   lay.index_path = find_index(path);
   if (!lay.index_path.empty()) {

@@ -23,6 +23,7 @@
 #include "ctstream/safetensors_writer.hpp"
 #include "ctstream/writer.hpp"
 #include "format/config_writer.hpp"
+#include "format/file_names.hpp"
 #include "format/low_rank.hpp"
 #include "format/shards.hpp"
 #include "io/output.hpp"
@@ -325,8 +326,8 @@ void Job::write_shards() {
         total += e.bytes;
       }
     json idx = {{"metadata", {{"total_size", total}}}, {"weight_map", wm}};
-    write_text(tmp_ / "model.safetensors.index.json", idx.dump(2) + "\n");
-    rep_.files.push_back("model.safetensors.index.json");
+    write_text(tmp_ / format::kIndexName, idx.dump(2) + "\n");
+    rep_.files.emplace_back(format::kIndexName);
   }
 }
 
@@ -478,7 +479,7 @@ void Job::copy_others() {
       continue;                                 // a FIFO, device, socket, dangling link or /proc file is never opened
     if (!link_target_allowed(canon)) continue;  // a link out of the checkpoint (~/.ssh/...): not copied
     const std::string rels = rel.generic_string();
-    if (rel == "config.json" || own.count(canon) || ends_with(name, ".safetensors.index.json")) continue;
+    if (rel == format::kConfigName || own.count(canon) || ends_with(name, std::string(format::kIndexSuffix))) continue;
     bool weights = false;
     for (const char* e : skip_ext) weights = weights || ends_with(lower(name), e);
     if (weights) {
@@ -562,8 +563,8 @@ CompressReport Job::run() {
   check_plan(plan_, r_, config);  // the reader accepts what is about to be written
   write_shards();
   if (!config.empty()) {
-    write_text(tmp_ / "config.json", config);
-    rep_.files.push_back("config.json");
+    write_text(tmp_ / format::kConfigName, config);
+    rep_.files.emplace_back(format::kConfigName);
   }
   if (r_.format == Format::low_rank) {
     write_text(tmp_ / std::string(format::kDecomposeConfigName),

@@ -5,6 +5,7 @@
 
 #include "codecs/convert.hpp"
 #include "ctstream/error.hpp"
+#include "format/file_names.hpp"
 
 namespace ctstream {
 namespace {
@@ -89,8 +90,8 @@ BufferSource::BufferSource(std::vector<Entry> entries, Fetch fetch, Model model)
   }
   for (const auto& [name, text] : model_.extra_files)
     if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
-        name.find('\0') != std::string::npos || name == "config.json" || name.ends_with(".safetensors") ||
-        name.ends_with(".safetensors.index.json"))
+        name.find('\0') != std::string::npos || name == format::kConfigName || name.ends_with(format::kWeightsSuffix) ||
+        name.ends_with(format::kIndexSuffix))
       fail(ErrorKind::invalid_argument, "memory", "",
            "extra file name '" + name + "' is not a plain file name beside the weights (or is one the writer writes)");
 }

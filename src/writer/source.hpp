@@ -6,6 +6,7 @@
 
 #include "ctstream/checkpoint.hpp"
 #include "ctstream/writer.hpp"
+#include "format/file_names.hpp"
 
 namespace ctstream::writer {
 
@@ -17,7 +18,7 @@ class CheckpointSource final : public TensorSource {
   void read(size_t i, uint64_t r0, uint64_t r1, std::span<std::byte> out, DType dtype) override;
   std::string origin(size_t i) const override;
   std::string config_json() const override { return ck_.config_json(); }
-  std::string config_origin() const override { return (dir_ / "config.json").string(); }
+  std::string config_origin() const override { return (dir_ / format::kConfigName).string(); }
   const Checkpoint& checkpoint() const { return ck_; }
 
  private:

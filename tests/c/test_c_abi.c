@@ -13,19 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_pass = 0, g_fail = 0;
-
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (cond) {                                                       \
-      ++g_pass;                                                       \
-    } else {                                                          \
-      ++g_fail;                                                       \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fprintf(stderr, "\n");                                          \
-    }                                                                 \
-  } while (0)
+#include "check.h"
 
 static int is_nan(ctstream_dtype d, const unsigned char* p) {
   if (d == CTSTREAM_F32) {
@@ -480,6 +468,5 @@ int main(int argc, char** argv) {
   }
   if (d) closedir(d);
   CHECK(cases >= 60, "cases found: %d", cases);
-  printf("c_abi: %d passed, %d failed\n", g_pass, g_fail);
-  return g_fail == 0 ? 0 : 1;
+  return CHECK_SUMMARY("c_abi");
 }

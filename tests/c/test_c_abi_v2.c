@@ -16,19 +16,7 @@
 
 #include "abi_v2/ctstream.h" /* quotes: this directory first, never the current header */
 
-static int g_pass = 0, g_fail = 0;
-
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (cond) {                                                       \
-      ++g_pass;                                                       \
-    } else {                                                          \
-      ++g_fail;                                                       \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fprintf(stderr, "\n");                                          \
-    }                                                                 \
-  } while (0)
+#include "check.h"
 
 enum { kCanary = 0xA5, kCanaryBytes = 64 };
 
@@ -105,6 +93,5 @@ int main(int argc, char** argv) {
   CHECK(canary_intact(s.canary, sizeof s.canary), "open wrote past the ABI 2 struct");
   free(block);
 
-  printf("c_abi_v2: %d passed, %d failed\n", g_pass, g_fail);
-  return g_fail == 0 ? 0 : 1;
+  return CHECK_SUMMARY("c_abi_v2");
 }

@@ -93,7 +93,7 @@ def outputs(res):
     return res["outputs"]
 
 
-_cache = {}
+_cache = {}  # per pytest-xdist worker: tests that share a reference run are one xdist_group
 
 
 def reference(models, name, *args):

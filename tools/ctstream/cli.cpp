@@ -57,12 +57,6 @@ std::string human_bytes(uint64_t n) {
   return buf;
 }
 
-std::string shape_str(const ctstream::Shape& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 std::string scheme_str(const ctstream::TensorInfo& t) {
   if (t.format == ctstream::Format::low_rank && t.factors.size() == 2) {
     std::string s = "rank " + std::to_string(t.factors[0].shape.at(0));

@@ -26,7 +26,7 @@ Args parse(int argc, char** argv, int first, const std::vector<std::string>& swi
            const std::vector<std::string>& valued);
 
 std::string human_bytes(uint64_t n);
-std::string shape_str(const ctstream::Shape& s);
+using ctstream::shape_str;
 /// "int4 group128 asym" style summary of a tensor's scheme ("" for dense).
 std::string scheme_str(const ctstream::TensorInfo& t);
 ctstream::OpenOptions open_options(const Args& a);

@@ -291,10 +291,8 @@ using CkPtr = std::shared_ptr<const ctstream::Checkpoint>;
 
 class PyCheckpoint;
 
-// Iterates every tensor decoded into a fresh array. decode_next() is the one place that
-// produces the data of ckpt.tensors(): switch it to ctstream::Stream (budget_) there.
-// tensors(): a ctstream::Stream decodes ahead on its worker (within `budget` bytes) straight
-// into buffers allocated here, which are handed to Python as arrays without a copy.
+// ckpt.tensors(): a ctstream::Stream decodes every tensor ahead on its worker (within `budget`
+// bytes) straight into buffers allocated here, which are handed to Python as arrays without a copy.
 class TensorIter {
  public:
   TensorIter(CkPtr ck, std::optional<DType> dtype, uint64_t budget, unsigned threads,
