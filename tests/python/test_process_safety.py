@@ -153,10 +153,12 @@ def test_unsafe_view_is_numpy_only():
 
 
 def test_wrap_copies_read_only_arrays_for_torch():
+    from ctstream._dtypes import _wrap
+
     np = pytest.importorskip("numpy")
     a = np.arange(6, dtype=np.float32)
     a.flags.writeable = False
-    t = ctstream._wrap(a, "F32", "pt")
+    t = _wrap(a, "F32", "pt")
     t.add_(1)
     assert a.tolist() == [0, 1, 2, 3, 4, 5]
 

@@ -10,7 +10,7 @@ before (PyTorch asks only from its own oneDNN paths, ``at::cpu::init_amx``); in 
 example run in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) nothing had, and the process died with
 SIGILL at the first generation step, after ctstream had loaded every tensor.
 
-The request belongs in ctstream's vLLM plugin (``ctstream.vllm.register``): vLLM calls that entry
+The request belongs in ctstream's vLLM plugin (``ctstream._vllm_plugin.register``): vLLM calls that entry
 point in every one of its processes (API server, engine core, workers; spawned, forked or in-process)
 before any model kernel runs, and the permission is process-wide, so one call covers every thread,
 including OpenMP workers started later. It is harmless elsewhere: where the CPU or kernel has no AMX

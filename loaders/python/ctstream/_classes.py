@@ -9,6 +9,8 @@ import json
 import os
 from typing import Any, Dict, List, Mapping, Optional
 
+from ._errors import InvalidArgumentError
+
 
 def module_classes_of(obj: Any) -> Dict[str, List[str]]:
     """A torch model -> {module name: its MRO class names}; a mapping is checked and copied."""
@@ -21,13 +23,9 @@ def module_classes_of(obj: Any) -> Dict[str, List[str]]:
         out: Dict[str, List[str]] = {}
         for k, v in obj.items():
             if not isinstance(k, str) or isinstance(v, str) or not all(isinstance(c, str) for c in v):
-                from . import InvalidArgumentError
-
                 raise InvalidArgumentError("module_classes maps module names to lists of class names")
             out[k] = list(v)
         return out
-    from . import InvalidArgumentError
-
     raise InvalidArgumentError(f"module_classes must be a torch model or a dict, not {type(obj).__name__}")
 
 

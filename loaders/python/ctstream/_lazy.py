@@ -10,7 +10,7 @@ bit-identical to decoding the whole tensor and slicing it (ctstream's slice deco
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Optional
 
 import torch
 from torch.utils._pytree import tree_map

@@ -35,8 +35,10 @@ import builtins
 import os
 from typing import Any, Dict, List, Optional
 
+from . import _checkpoint, _errors, _index
 from . import _ctstream as _native
-from . import _index
+from ._ctstream import Error
+from ._dtypes import _dtype_str
 
 _FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
 _OTHER_FRAMEWORKS = ("tf", "tensorflow", "jax", "flax", "mlx", "paddle")
@@ -72,15 +74,13 @@ def _error(kind_cls, message: str, *, st: bool = True, tensor: str = "", file: s
 
 def _builtin_error(builtin: type, message: str):
     """A ctstream.Error that is also the builtin exception `builtin` (TypeError, OverflowError, ...)."""
-    import ctstream
-
-    named = {builtins.IndexError: ctstream.IndexError, builtins.ValueError: ctstream.InvalidArgumentError,
-             builtins.KeyError: ctstream.NotFoundError, builtins.FileNotFoundError: ctstream.FileNotFoundError}
+    named = {builtins.IndexError: _errors.IndexError, builtins.ValueError: _errors.InvalidArgumentError,
+             builtins.KeyError: _errors.NotFoundError, builtins.FileNotFoundError: _errors.FileNotFoundError}
     cls = named.get(builtin)
     if cls is None:
         cls = _class_cache.get(builtin)
         if cls is None:
-            cls = type(builtin.__name__, (ctstream.Error, builtin), {"__module__": "ctstream", "kind": "invalid_argument"})
+            cls = type(builtin.__name__, (Error, builtin), {"__module__": "ctstream", "kind": "invalid_argument"})
             _class_cache[builtin] = cls
     e = cls(message)
     e.file, e.tensor = "", ""
@@ -89,11 +89,9 @@ def _builtin_error(builtin: type, message: str):
 
 def _reraise(e: BaseException):
     """A ctstream.Error raised by the reader, as the type safetensors raises for that fault."""
-    import ctstream
-
-    if isinstance(e, ctstream.FileNotFoundError):
+    if isinstance(e, _errors.FileNotFoundError):
         return e
-    if isinstance(e, ctstream.Error):
+    if isinstance(e, Error):
         return _error(type(e), str(e), file=getattr(e, "file", ""), tensor=getattr(e, "tensor", ""),
                       kind=getattr(e, "kind", None))
     return e
@@ -112,8 +110,6 @@ class safe_open:  # noqa: N801 - the name safetensors uses
     """
 
     def __init__(self, filename, framework, device: Any = "cpu", *, backend: str = "mmap", packed: bool = False):
-        import ctstream
-
         if isinstance(filename, bytes) or not isinstance(filename, (str, os.PathLike)):
             raise _builtin_error(builtins.TypeError, f"argument 'filename': expected str or os.PathLike object, "
                                                      f"not {type(filename).__name__}")
@@ -123,20 +119,20 @@ class safe_open:  # noqa: N801 - the name safetensors uses
         fw = _FRAMEWORKS.get(framework)
         if fw is None:
             if framework in _OTHER_FRAMEWORKS:
-                raise _error(ctstream.InvalidArgumentError, f"framework {framework} is not supported by ctstream.safe_open "
+                raise _error(_errors.InvalidArgumentError, f"framework {framework} is not supported by ctstream.safe_open "
                                                             "(pt and np are)")
-            raise _error(ctstream.InvalidArgumentError, f"framework {framework} is invalid")
+            raise _error(_errors.InvalidArgumentError, f"framework {framework} is invalid")
         self._device = _parse_device(device, fw)
         if backend not in ("mmap", "pread"):
-            raise _error(ctstream.InvalidArgumentError, f'backend "{backend}" is invalid (expected one of: "mmap", "pread")')
+            raise _error(_errors.InvalidArgumentError, f'backend "{backend}" is invalid (expected one of: "mmap", "pread")')
         self._fw, self._backend, self._packed = fw, backend, packed
         self._path = os.fspath(filename)
         try:
             # packed: every stored entry under its own key, a low-rank module's factors included
-            self._ck = ctstream.open(self._path, io=backend, framework=fw, low_rank="stored" if packed else "original")
-        except ctstream.FileNotFoundError:
+            self._ck = _checkpoint.open(self._path, io=backend, framework=fw, low_rank="stored" if packed else "original")
+        except _errors.FileNotFoundError:
             raise _builtin_error(builtins.FileNotFoundError, f"No such file or directory: {self._path}") from None
-        except ctstream.Error as e:
+        except Error as e:
             raise _reraise(e) from None
         if packed:
             self._names = {p.key: (i.name, p.role) for i in self._ck.infos() for p in i.parts}
@@ -161,9 +157,7 @@ class safe_open:  # noqa: N801 - the name safetensors uses
 
     def _check(self):
         if getattr(self, "_ck", None) is None:
-            import ctstream
-
-            raise _error(ctstream.ClosedError, "File is closed")
+            raise _error(_errors.ClosedError, "File is closed")
         return self._ck
 
     # -- the safetensors surface
@@ -186,9 +180,7 @@ class safe_open:  # noqa: N801 - the name safetensors uses
         if not isinstance(name, str):
             raise _builtin_error(builtins.TypeError, f"argument 'name': '{type(name).__name__}' object is not an instance of 'str'")
         if name not in self._names:
-            import ctstream
-
-            raise _error(ctstream.NotFoundError, f"File does not contain tensor {name}", tensor=name)
+            raise _error(_errors.NotFoundError, f"File does not contain tensor {name}", tensor=name)
         return ck
 
     def get_tensor(self, name: str, dtype: Any = None):
@@ -207,15 +199,13 @@ class safe_open:  # noqa: N801 - the name safetensors uses
 
 
 def _parse_device(device, fw: str):
-    import ctstream
-
     if device is None:
         return "cpu"
     if isinstance(device, bool) or not isinstance(device, (str, int)):
-        raise _error(ctstream.InvalidArgumentError, f"device {device!r} is invalid")
+        raise _error(_errors.InvalidArgumentError, f"device {device!r} is invalid")
     if isinstance(device, int):
         if device < 0:
-            raise _error(ctstream.InvalidArgumentError, f"device {device} is invalid")
+            raise _error(_errors.InvalidArgumentError, f"device {device} is invalid")
         dev = f"cuda:{device}"
     elif device == "cpu":
         dev = "cpu"
@@ -225,9 +215,9 @@ def _parse_device(device, fw: str):
             raise _builtin_error(builtins.ValueError, "invalid digit found in string")
         dev = f"cuda:{int(n)}"
     else:
-        raise _error(ctstream.InvalidArgumentError, f"device {device} is invalid")
+        raise _error(_errors.InvalidArgumentError, f"device {device} is invalid")
     if dev != "cpu" and fw != "pt":
-        raise _error(ctstream.InvalidArgumentError, f"Device {dev} is not supported for framework numpy")
+        raise _error(_errors.InvalidArgumentError, f"Device {dev} is not supported for framework numpy")
     return dev
 
 
@@ -253,12 +243,10 @@ class _Slice:
         return self._dt
 
     def _check_dtype(self):
-        import ctstream
-
         if self._dt in ("F6_E2M3", "F6_E3M2"):
-            raise _error(ctstream.InvalidArgumentError, f"Dtype not understood: {self._dt}", tensor=self._name)
+            raise _error(_errors.InvalidArgumentError, f"Dtype not understood: {self._dt}", tensor=self._name)
         if self._fw == "pt" and self._dt == "F4" and self._shape and self._shape[-1] % 2:
-            raise _error(ctstream.InvalidArgumentError, "f4_x2 dtype requires that the last dim be divisible by 2 in torch: "
+            raise _error(_errors.InvalidArgumentError, "f4_x2 dtype requires that the last dim be divisible by 2 in torch: "
                                                         f"got {self._shape}", tensor=self._name)
         if self._fw == "np":
             import numpy as np
@@ -275,8 +263,6 @@ class _Slice:
                     raise _builtin_error(builtins.TypeError, str(e)) from None
 
     def _decode(self, dim: int = -1, start: int = 0, stop: int = 2**64 - 1):
-        import ctstream
-
         try:
             if self._part is not None:
                 t = self._ck.part(self._part[0], self._part[1])
@@ -284,7 +270,7 @@ class _Slice:
                     t = t[(slice(None),) * dim + (slice(start, stop),)]
             else:
                 t = self._ck._get(self._name, None if self._dtype is None else _dtype_name(self._dtype), None, dim, start, stop)
-        except ctstream.Error as e:
+        except Error as e:
             raise _reraise(e) from None
         if self._fw == "np" and self._dt == "BF16" and str(t.dtype) != "bfloat16":
             import numpy as np
@@ -302,8 +288,6 @@ class _Slice:
         return self._place(self._decode())
 
     def __getitem__(self, key):
-        import ctstream
-
         rust = self._fw == "np" or self._backend == "pread"
         if not rust:  # torch/mmap: safetensors builds the whole tensor (its dtype) before indexing
             self._check_dtype()
@@ -327,12 +311,12 @@ class _Slice:
         try:
             ranges, squeeze = _index.rust_index(key, self._shape, _native.dtype_bits(self._dt) or 8)
         except _index.RustIndexError as e:
-            raise _error(ctstream.IndexError if "out of bounds" in str(e) or "Invalid index" in str(e)
-                         else ctstream.InvalidArgumentError, str(e), tensor=self._name) from None
+            raise _error(_errors.IndexError if "out of bounds" in str(e) or "Invalid index" in str(e)
+                         else _errors.InvalidArgumentError, str(e), tensor=self._name) from None
         except OverflowError as e:
             raise _builtin_error(builtins.OverflowError, str(e)) from None
         except SystemError as e:  # safetensors' own bug for stop < start: refused here as an index error
-            raise _error(ctstream.IndexError, f"slice stop before its start ({e})", tensor=self._name) from None
+            raise _error(_errors.IndexError, f"slice stop before its start ({e})", tensor=self._name) from None
         self._check_dtype()  # the index is parsed first, then the result's dtype is made
         if self._dt == "F4" and ranges:  # last dim in packed pairs (aligned: step 1, even bounds)
             a, b, _ = ranges[-1]
@@ -363,8 +347,6 @@ class _Slice:
 
 
 def _dtype_name(dtype) -> str:
-    from . import _dtype_str
-
     return _dtype_str(dtype)
 
 

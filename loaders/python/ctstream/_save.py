@@ -15,6 +15,10 @@ import os
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _ctstream as _native
+from ._checkpoint import open as ct_open, parse_budget
+from ._ctstream import Error
+from ._dtypes import _dtype_str
+from ._errors import InvalidArgumentError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -33,8 +37,6 @@ def _options(format: str, bits: Optional[int], group_size: Optional[int], target
              block: Optional[Tuple[int, int]], activations: bool, prune_24: bool, shard_size: Union[int, str],
              overwrite: bool, compute_errors: bool, rank: Optional[int] = None, energy: Optional[float] = None,
              **extra) -> Dict[str, Any]:
-    from . import InvalidArgumentError, _dtype_str, parse_budget
-
     if isinstance(targets, str) or isinstance(ignore, str):
         raise InvalidArgumentError("targets / ignore are lists of names, patterns or class names, not a string")
     opts: Dict[str, Any] = {
@@ -60,8 +62,6 @@ _KEYWORD_DEFAULTS: Dict[str, Any] = dict(strategy=None, symmetric=True, block=No
 
 def _keyword_options(caller: str, options: Mapping[str, Any]) -> Dict[str, Any]:
     """`options` over the defaults; an unknown name is an InvalidArgumentError naming `caller`."""
-    from . import InvalidArgumentError
-
     unknown = set(options) - set(_KEYWORD_DEFAULTS)
     if unknown:
         raise InvalidArgumentError(f"{caller}: unknown option(s) {sorted(unknown)}")
@@ -137,8 +137,6 @@ def _dedup(state: Dict[str, Any], discard: Iterable[str] = (), preferred: Iterab
     for group in _shared_groups(state, model):
         complete = [n for n in group if _covers_storage(state[n])]
         if not complete:
-            from . import InvalidArgumentError
-
             raise InvalidArgumentError(f"tensors {group} share memory but none covers all of it: save a copy of each")
         keep = sorted(complete)[0]
         if set(complete) - discard:
@@ -200,8 +198,6 @@ def _write(out_dir: PathLike, tensors: Mapping[str, Any], opts: Dict[str, Any], 
            classes: Dict[str, List[str]], extra: Dict[str, str], progress,
            convs: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     import torch
-
-    from . import InvalidArgumentError
 
     names = list(tensors)
     entries = []
@@ -272,8 +268,6 @@ def save_model(model: Any, out_dir: PathLike, format: str = "pack-quantized", bi
     """
     import torch
 
-    from . import InvalidArgumentError
-
     if isinstance(model, torch.nn.Module):
         state = dict(model.state_dict())
         classes = _module_classes(model)
@@ -310,8 +304,6 @@ def save_file(tensors: Mapping[str, Any], path: PathLike, format: str = "pack-qu
     directory ``path`` (``model.safetensors`` + ``config.json``, the form compressed-tensors,
     vLLM and ``ctstream.open`` read). Same options as ``save_model``; tensors sharing memory
     must be given once. Returns the report."""
-    from . import InvalidArgumentError
-
     if not isinstance(tensors, Mapping):
         raise InvalidArgumentError(f"save_file takes a dict of tensors, not {type(tensors).__name__}")
     if os.fspath(path).endswith(".safetensors"):
@@ -355,8 +347,6 @@ def load_model(model: Any, path: PathLike, strict: bool = True, *, io: str = "mm
     when names are the problem. A shape mismatch is always an error.
     """
     import torch
-
-    from . import Error, open as ct_open
 
     state = model.state_dict()
     with ct_open(path, io=io, threads=threads, budget=budget, framework="pt", module_classes=model) as ck:
@@ -414,8 +404,6 @@ def load_model(model: Any, path: PathLike, strict: bool = True, *, io: str = "mm
 
 
 def _state_dict_error(model, missing: List[str], unexpected: List[str]):
-    from . import Error
-
     parts = []
     if missing:
         parts.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in sorted(missing)) + ". ")

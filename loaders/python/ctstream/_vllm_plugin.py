@@ -1,6 +1,8 @@
-"""The vLLM classes of ``ctstream.vllm`` (imported by ``ctstream.vllm.register()`` only, since it
-imports vLLM). They are module-level so that vLLM can pickle them into its engine-core and worker
-processes (the quantization config travels inside VllmConfig)."""
+"""The ``vllm.general_plugins`` entry point (pyproject.toml: ``ctstream._vllm_plugin:register``) and
+the vLLM classes behind ``--load-format ctstream`` and ``--quantization ctstream`` (see
+``ctstream.vllm``). This module imports vLLM, so only vLLM loads it; the classes are module-level
+so that vLLM can pickle them into its engine-core and worker processes (the quantization config
+travels inside VllmConfig)."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,6 +17,7 @@ from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
 import ctstream
 
+from . import _amx
 from .vllm import EXTRA_CONFIG_KEYS, LOAD_FORMAT, MODES, QUANTIZATION, _dtype_name, _sparse_config, resolve_mode, weights_iterator
 
 
@@ -131,6 +134,18 @@ class CtstreamModelLoader(DefaultModelLoader):
         return ((source.prefix + name, tensor) for name, tensor in it)
 
 
-def register_all() -> None:
+_registered = False
+
+
+def register() -> None:
+    """The entry point vLLM calls in each of its processes: registers the ``ctstream`` load format
+    and quantization method there. Safe to call more than once."""
+    global _registered
+    if _registered:
+        return
+    # Before any vLLM kernel runs in this process: vLLM's CPU attention uses Intel AMX without asking
+    # Linux for the tile state, which kills an in-process engine with SIGILL on AMX hosts (see _amx).
+    _amx.request_amx_tile_state()
     register_quantization_config(QUANTIZATION)(CtstreamDenseConfig)
     register_model_loader(LOAD_FORMAT)(CtstreamModelLoader)
+    _registered = True

@@ -1,8 +1,8 @@
 """vLLM integration: ``--load-format ctstream``.
 
-Installing ctstream (``pip install .``) declares a ``vllm.general_plugins`` entry point, so every
-vLLM process - API server, engine core, workers, spawned or forked - calls ``register()``, which
-adds two things to vLLM:
+Installing ctstream (``pip install .``) declares a ``vllm.general_plugins`` entry point
+(``ctstream._vllm_plugin:register``), so every vLLM process - API server, engine core, workers,
+spawned or forked - registers two things with vLLM (this module itself never imports vLLM):
 
 * the load format ``ctstream``: vLLM's own ``DefaultModelLoader`` (file discovery, secondary
   weights, prefixes, allow patterns, expert-parallel filtering, the load timer, weight tracking,
@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, Generator, Iterable, Optional, Set, Tuple, Union
+from typing import Any, Generator, Iterable, Optional, Set, Tuple, Union
 
 import ctstream
-from ctstream import _dtype_str
-from ctstream import _amx
 
-__all__ = ["weights_iterator", "register", "LOAD_FORMAT", "QUANTIZATION", "EXTRA_CONFIG_KEYS",
+from ._dtypes import _dtype_str
+
+__all__ = ["weights_iterator", "LOAD_FORMAT", "QUANTIZATION", "EXTRA_CONFIG_KEYS",
            "ACTIVATION_LEFTOVERS"]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -193,7 +193,6 @@ def weights_iterator(
 
 # ---- vLLM ---------------------------------------------------------------------------------------
 
-_registered = False
 
 
 def _sparse_config(hf_quant_cfg: Any) -> bool:
@@ -238,17 +237,3 @@ def resolve_mode(requested: str, model_quantization: Optional[str]) -> str:
         f"(quantization={model_quantization!r}): its layers take decoded weights. Drop --quantization ctstream / "
         "the hf_overrides to build it with the checkpoint's compressed-tensors quantization, or use mode 'dense'")
 
-
-def register() -> None:
-    """The ``vllm.general_plugins`` entry point (pyproject.toml): registers the ``ctstream`` load
-    format and quantization method in this vLLM process. Safe to call more than once."""
-    global _registered
-    if _registered:
-        return
-    # Before any vLLM kernel runs in this process: vLLM's CPU attention uses Intel AMX without asking
-    # Linux for the tile state, which kills an in-process engine with SIGILL on AMX hosts (see _amx).
-    _amx.request_amx_tile_state()
-    from . import _vllm_plugin  # imports vLLM; its classes live at module level (vLLM pickles them)
-
-    _vllm_plugin.register_all()
-    _registered = True
