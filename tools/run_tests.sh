@@ -19,7 +19,10 @@ T0=$SECONDS
 
 summary() {
   local rc=$? p
-  for p in "${BG[@]}"; do pkill -P "$p" 2>/dev/null; kill "$p" 2>/dev/null; done  # a run that failed early
+  for p in "${BG[@]}"; do  # a run that failed early: its background installs stop too
+    pkill -P "$p" 2>/dev/null || true
+    kill "$p" 2>/dev/null || true
+  done
   echo
   echo "== stage wall times"
   local s
@@ -28,6 +31,19 @@ summary() {
   return $rc
 }
 trap summary EXIT
+
+# finish NAME RC LINE: records LINE in the stage table; a non-zero RC ends the run with the stage's
+# name and the last 80 lines of its output (build-logs/NAME.log).
+finish() {
+  local name=$1 rc=$2
+  DONE+=("$3$([ "$rc" = 0 ] || echo "  FAILED (exit $rc)")")
+  [ "$rc" = 0 ] && return 0
+  echo
+  echo "== FAILED stage: $name (exit $rc); last 80 lines of its output (all of it: build-logs/$name.log)"
+  tail -n 80 "$LOGS/$name.log"
+  echo "== FAILED stage: $name"
+  exit "$rc"
+}
 
 # stage NAME CMD...: runs CMD (output to the terminal and build-logs/NAME.log); on failure prints the
 # stage name and the last 80 lines of its output, then exits with its status.
@@ -38,14 +54,7 @@ stage() {
   (set -e; "$@") 2>&1 | tee "$LOGS/$name.log"
   rc=${PIPESTATUS[0]}
   set -e
-  DONE+=("$(printf '%-28s %6d s%s' "$name" $((SECONDS - t)) "$([ "$rc" = 0 ] || echo "  FAILED (exit $rc)")")")
-  if [ "$rc" != 0 ]; then
-    echo
-    echo "== FAILED stage: $name (exit $rc); last 80 lines of its output (all of it: build-logs/$name.log)"
-    tail -n 80 "$LOGS/$name.log"
-    echo "== FAILED stage: $name"
-    exit "$rc"
-  fi
+  finish "$name" "$rc" "$(printf '%-28s %6d s' "$name" $((SECONDS - t)))"
 }
 
 # Network-bound installs (the reference venv and the vLLM venv: a few GB from PyPI on a fresh
@@ -69,14 +78,7 @@ await() {  # await NAME: waits for a background stage; its failure ends the run 
   unset "BG[$name]"
   read -r rc secs <"$LOGS/$name.status"
   cat "$LOGS/$name.log"
-  DONE+=("$(printf '%-28s %6d s  (background; waited %d s)%s' "$name" "$secs" $((SECONDS - t)) "$([ "$rc" = 0 ] || echo "  FAILED (exit $rc)")")")
-  if [ "$rc" != 0 ]; then
-    echo
-    echo "== FAILED stage: $name (exit $rc); last 80 lines of its output (all of it: build-logs/$name.log)"
-    tail -n 80 "$LOGS/$name.log"
-    echo "== FAILED stage: $name"
-    exit "$rc"
-  fi
+  finish "$name" "$rc" "$(printf '%-28s %6d s  (background; waited %d s)' "$name" "$secs" $((SECONDS - t)))"
 }
 
 # The Python module is compiled once, as users get it: the wheel built by `python -m build`

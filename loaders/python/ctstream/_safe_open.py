@@ -120,7 +120,7 @@ class safe_open:  # noqa: N801 - the name safetensors uses
         if fw is None:
             if framework in _OTHER_FRAMEWORKS:
                 raise _error(_errors.InvalidArgumentError, f"framework {framework} is not supported by ctstream.safe_open "
-                                                            "(pt and np are)")
+                                                           "(pt and np are)")
             raise _error(_errors.InvalidArgumentError, f"framework {framework} is invalid")
         self._device = _parse_device(device, fw)
         if backend not in ("mmap", "pread"):
@@ -247,7 +247,7 @@ class _Slice:
             raise _error(_errors.InvalidArgumentError, f"Dtype not understood: {self._dt}", tensor=self._name)
         if self._fw == "pt" and self._dt == "F4" and self._shape and self._shape[-1] % 2:
             raise _error(_errors.InvalidArgumentError, "f4_x2 dtype requires that the last dim be divisible by 2 in torch: "
-                                                        f"got {self._shape}", tensor=self._name)
+                                                       f"got {self._shape}", tensor=self._name)
         if self._fw == "np":
             import numpy as np
 

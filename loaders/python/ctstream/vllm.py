@@ -194,7 +194,6 @@ def weights_iterator(
 # ---- vLLM ---------------------------------------------------------------------------------------
 
 
-
 def _sparse_config(hf_quant_cfg: Any) -> bool:
     """A compressed-tensors config vLLM refuses (compressed_tensors.py `_parse_sparsity_config`:
     "Sparsity support has been removed" whenever sparsity_config has targets)."""
