@@ -319,7 +319,6 @@ class SparseDecoder final : public RowDecoder {
         t_(*plan.t),
         values_(need_part(ck, plan, Role::compressed)),
         cols_(plan.geo.cols),
-        out_(out),
         vsz_(dtype_bits(values_.dtype) / 8),
         mbytes_((plan.geo.cols + 7) / 8),
         index_(load_sparse_index(ck, plan)),
@@ -372,7 +371,6 @@ class SparseDecoder final : public RowDecoder {
   const TensorInfo& t_;
   const TensorPart& values_;
   uint64_t cols_;
-  DType out_;
   uint64_t vsz_, mbytes_;
   SparseIndex index_;
   DequantSpec spec_;  // quantized values

@@ -12,11 +12,16 @@ DecodePlan make_plan(const TensorInfo& t) {
   p.t = &t;
   for (const TensorPart& part : t.parts)
     if (const auto r = format::role_from_name(part.role)) p.by_role[static_cast<size_t>(*r)] = &part;
+  p.geo.format = t.format;
   if (t.format == Format::low_rank) return p;  // the product of its factors, each with a plan of its own
+  if (t.format == Format::dense) {  // copied or converted as stored: a shape of any size, no table
+    p.main = t.parts.empty() ? nullptr : &t.parts.front();
+    return p;
+  }
   p.geo = format::geometry(t);
   const format::FormatFacts& ff = format::facts(t.format);
   p.codes = ff.codes;
-  p.main = t.format == Format::dense ? (t.parts.empty() ? nullptr : &t.parts.front()) : p.part(ff.main);
+  p.main = p.part(ff.main);
   if (t.quantized) {
     const TensorPart* scale = p.part(format::Role::weight_scale);
     const TensorPart* zp = p.part(format::Role::weight_zero_point);

@@ -22,7 +22,7 @@ namespace ctstream::reader {
 
 struct DecodePlan {
   const TensorInfo* t = nullptr;
-  format::Geometry geo;  ///< shape, quantization arguments, scale / zero-point layout (format table)
+  format::Geometry geo;  ///< compressed formats: shape, quantization arguments, scale / zero-point layout
   format::Codes codes = format::Codes::none;
   const TensorPart* main = nullptr;  ///< the values (parts[0]); nullptr for a tensor without parts
 
