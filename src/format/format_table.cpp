@@ -85,32 +85,27 @@ uint64_t ceil_div(uint64_t a, uint64_t b) noexcept { return a / b + (a % b != 0)
 using SF = ShapeFrom;
 using N = NaturalDType;
 using C = Codes;
-constexpr FormatFacts kFactsDense{{}, R::weight, C::none, SF::stored, 1, 1, N::stored, 0, 0, false, std::nullopt};
-constexpr FormatFacts kFactsBitmask{kBitmask, R::compressed, C::sparse, SF::shape_part, 1, 1, N::scale_or_values,
-                                    2, 2, false, std::nullopt};
-constexpr FormatFacts kFactsSparse24{kSparse24, R::compressed, C::sparse, SF::shape_part, 1, 1, N::scale_or_values,
-                                     2, 2, false, std::nullopt};
-// Packed along the last dim, any leading dims (MoE experts [E, R, C]): pack_quantized/base.py.
-constexpr FormatFacts kFactsPack{kPack, R::weight_packed, C::packed_int, SF::weight_shape, 1, 1, N::scale, 2, 0, true,
-                                 std::nullopt};
-// Unpacked values of any rank >= 1 (quantized embeddings, 3-D experts): naive_quantized/base.py.
-constexpr FormatFacts kFactsNaive{kNaive, R::weight, C::byte, SF::main_part, 1, 1, N::scale, 1, 0, false, std::nullopt};
-constexpr FormatFacts kFactsNvfp4{kNvfp4,     R::weight_packed,
-                                  C::e2m1,    SF::packed_bytes,
-                                  2,          1,
-                                  N::bf16,    2,
-                                  2,          false,
-                                  FixedArgs{4, QuantType::float_, QuantStrategy::tensor_group, 16}};
-constexpr FormatFacts kFactsMxfp4{kMxPacked, R::weight_packed, C::e2m1, SF::packed_bytes, 2, 1, N::bf16, 2, 2, false,
-                                  FixedArgs{4, QuantType::float_, QuantStrategy::group, 32}};
-constexpr FormatFacts kFactsMxfp6{kMxPacked, R::weight_packed, C::e2m3, SF::packed_bytes, 4, 3, N::bf16, 2, 2, false,
-                                  FixedArgs{6, QuantType::float_, QuantStrategy::group, 32}};
-constexpr FormatFacts kFactsMxfp8{kMxfp8, R::weight, C::byte, SF::main_part, 1, 1, N::bf16, 2, 2, false,
-                                  FixedArgs{8, QuantType::float_, QuantStrategy::group, 32}};
-constexpr FormatFacts kFactsMarlin{kMarlin24, R::weight_packed, C::marlin, SF::marlin_tiles, 1, 1, N::f16, 2, 2, true,
-                                   std::nullopt};
+using QT = QuantType;
+using QS = QuantStrategy;
+constexpr auto kAny = std::nullopt;
+// One row per format: parts, main part, codes, shape source (values per bytes), natural dtype,
+// ranks [min, max] (max 0: any), INT 1..8 bits only, fixed arguments. Pack-quantized takes any
+// leading dims (MoE experts [E, R, C]: pack_quantized/base.py), naive any rank >= 1 (quantized
+// embeddings, 3-D experts: naive_quantized/base.py); the rest are 2-D.
+// clang-format off
+constexpr FormatFacts kFactsDense   {{},        R::weight,        C::none,       SF::stored,       1, 1, N::stored,          0, 0, false, kAny};
+constexpr FormatFacts kFactsBitmask {kBitmask,  R::compressed,    C::sparse,     SF::shape_part,   1, 1, N::scale_or_values, 2, 2, false, kAny};
+constexpr FormatFacts kFactsSparse24{kSparse24, R::compressed,    C::sparse,     SF::shape_part,   1, 1, N::scale_or_values, 2, 2, false, kAny};
+constexpr FormatFacts kFactsPack    {kPack,     R::weight_packed, C::packed_int, SF::weight_shape, 1, 1, N::scale,           2, 0, true,  kAny};
+constexpr FormatFacts kFactsNaive   {kNaive,    R::weight,        C::byte,       SF::main_part,    1, 1, N::scale,           1, 0, false, kAny};
+constexpr FormatFacts kFactsNvfp4   {kNvfp4,    R::weight_packed, C::e2m1,       SF::packed_bytes, 2, 1, N::bf16,            2, 2, false, FixedArgs{4, QT::float_, QS::tensor_group, 16}};
+constexpr FormatFacts kFactsMxfp4   {kMxPacked, R::weight_packed, C::e2m1,       SF::packed_bytes, 2, 1, N::bf16,            2, 2, false, FixedArgs{4, QT::float_, QS::group, 32}};
+constexpr FormatFacts kFactsMxfp6   {kMxPacked, R::weight_packed, C::e2m3,       SF::packed_bytes, 4, 3, N::bf16,            2, 2, false, FixedArgs{6, QT::float_, QS::group, 32}};
+constexpr FormatFacts kFactsMxfp8   {kMxfp8,    R::weight,        C::byte,       SF::main_part,    1, 1, N::bf16,            2, 2, false, FixedArgs{8, QT::float_, QS::group, 32}};
+constexpr FormatFacts kFactsMarlin  {kMarlin24, R::weight_packed, C::marlin,     SF::marlin_tiles, 1, 1, N::f16,             2, 2, true,  kAny};
 // Its parts are its factors', checked by their own formats.
-constexpr FormatFacts kFactsLowRank{{}, R::weight, C::none, SF::stored, 1, 1, N::stored, 2, 2, false, std::nullopt};
+constexpr FormatFacts kFactsLowRank {{},        R::weight,        C::none,       SF::stored,       1, 1, N::stored,          2, 2, false, kAny};
+// clang-format on
 
 }  // namespace
 

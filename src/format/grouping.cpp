@@ -47,6 +47,7 @@ class Grouper {
   TensorInfo build_module(const std::string& p, const Module& m, Format fmt, std::set<const RawTensor*>& used) const;
   TensorInfo build(const std::string& p, const Module& m, Format fmt, const SchemeGroup* group,
                    std::set<const RawTensor*>& used) const;
+  bool legacy_packing(const TensorInfo& t, const RawTensor& main) const;
 
   const std::vector<RawTensor>& raw_;
   const Scheme& s_;
@@ -141,6 +142,26 @@ std::optional<Format> Grouper::classify(const std::string& p, const Module& m) c
   return std::nullopt;
 }
 
+// Whether a pack-quantized weight of b-bit codes uses the <= 0.17 packing. Widths other than
+// 1/2/4/8 changed layout in compressed-tensors 0.18 (pack_to_int32 "packs across int32
+// boundaries"): the config's version decides, else the stored width.
+bool Grouper::legacy_packing(const TensorInfo& t, const RawTensor& main) const {
+  const unsigned b = t.quant.num_bits;
+  if (b == 1 || b == 2 || b == 4 || b == 8) return false;
+  const uint64_t C = t.shape.back();
+  const uint64_t W = main.shape.empty() ? 0 : main.shape.back();
+  const uint64_t dense_w = detail::packed_words(C, b, true), old_w = detail::packed_words(C, b, false);
+  if (s_.dense_packing) return !*s_.dense_packing;
+  if (s_.version_unclear && W == dense_w && W == old_w)
+    fail(main, t.name,
+         (s_.version.empty() ? std::string("config.json gives no compressed-tensors version, which would tell")
+                             : "config.json version '" + s_.version + "' does not tell") +
+             " the layout of " + std::to_string(b) +
+             "-bit codes (compressed-tensors changed it between 0.17.1 and 0.18.0) and " + std::to_string(C) +
+             " columns take " + std::to_string(W) + " words in both");
+  return !(W == dense_w && W != old_w);
+}
+
 TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, const SchemeGroup* group,
                           std::set<const RawTensor*>& used) const {
   TensorInfo t;
@@ -214,30 +235,9 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, con
   }
 
   // 3. The pack-quantized bit layout.
-  if (t.quantized) {
-    if (fmt == Format::pack_quantized && t.quant.type == QuantType::int_ && t.quant.num_bits >= 1 &&
-        t.quant.num_bits <= 8 && !t.shape.empty()) {
-      const unsigned b = t.quant.num_bits;
-      const uint64_t C = t.shape.back();
-      const uint64_t W = main.shape.empty() ? 0 : main.shape.back();
-      // Widths other than 1/2/4/8 changed layout in compressed-tensors 0.18 (pack_to_int32
-      // "packs across int32 boundaries"): the config's version decides, else the stored width.
-      bool legacy = false;
-      if (b != 1 && b != 2 && b != 4 && b != 8) {
-        const uint64_t dense_w = detail::packed_words(C, b, true), old_w = detail::packed_words(C, b, false);
-        if (s_.dense_packing) legacy = !*s_.dense_packing;
-        else if (s_.version_unclear && W == dense_w && W == old_w)
-          fail(main, t.name,
-               (s_.version.empty() ? std::string("config.json gives no compressed-tensors version, which would tell")
-                                   : "config.json version '" + s_.version + "' does not tell") +
-                   " the layout of " + std::to_string(b) +
-                   "-bit codes (compressed-tensors changed it between 0.17.1 and 0.18.0) and " + std::to_string(C) +
-                   " columns take " + std::to_string(W) + " words in both");
-        else legacy = !(W == dense_w && W != old_w);
-      }
-      t.quant.legacy_packing = legacy;
-    }
-  }
+  if (t.quantized && fmt == Format::pack_quantized && t.quant.type == QuantType::int_ && t.quant.num_bits >= 1 &&
+      t.quant.num_bits <= 8 && !t.shape.empty())
+    t.quant.legacy_packing = legacy_packing(t, main);
 
   // 4. The geometry, and every part against the format's table.
   Why why;

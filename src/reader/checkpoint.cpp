@@ -246,8 +246,8 @@ uint64_t Checkpoint::decode_chunked(const TensorInfo& t, DType out_dtype, uint64
                                     const std::function<void(std::span<const std::byte>)>& sink) const {
   const std::string file = reader::file_name(*impl_, t);
   // A damaged tensor is refused before a byte of it is allocated.
-  const auto dec = detail::at_boundary(
-      file, t.name, [&] { return std::make_unique<reader::ChunkedDecode>(*impl_, t, out_dtype); });
+  const auto dec =
+      detail::at_boundary(file, t.name, [&] { return std::make_unique<reader::ChunkedDecode>(*impl_, t, out_dtype); });
   const uint64_t whole = output_bytes(t, out_dtype);
   std::vector<std::byte> buf;
   if (t.shape.empty() || t.shape[0] <= 1 || whole <= max_bytes || dtype_bits(out_dtype) % 8 != 0) {

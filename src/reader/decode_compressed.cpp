@@ -373,8 +373,8 @@ class SparseDecoder final : public RowDecoder {
   uint64_t cols_;
   uint64_t vsz_, mbytes_;
   SparseIndex index_;
-  DequantSpec spec_;  // quantized values
-  bool memo_;         // rows repeat their scales: offer the 8-bit kernel a table memo
+  DequantSpec spec_;                        // quantized values
+  bool memo_;                               // rows repeat their scales: offer the 8-bit kernel a table memo
   std::span<const std::byte> values_view_;  // mmap mode: the guarded mapping of the values
   const codecs::Kernels& k_ = codecs::active_kernels();  // taken once per tensor
   codecs::BitmaskExpandFn expand_ = nullptr;

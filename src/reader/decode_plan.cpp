@@ -14,7 +14,7 @@ DecodePlan make_plan(const TensorInfo& t) {
     if (const auto r = format::role_from_name(part.role)) p.by_role[static_cast<size_t>(*r)] = &part;
   p.geo.format = t.format;
   if (t.format == Format::low_rank) return p;  // the product of its factors, each with a plan of its own
-  if (t.format == Format::dense) {  // copied or converted as stored: a shape of any size, no table
+  if (t.format == Format::dense) {             // copied or converted as stored: a shape of any size, no table
     p.main = t.parts.empty() ? nullptr : &t.parts.front();
     return p;
   }
