@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Seed corpora for every fuzz target, from the fixtures:  make_corpus.sh OUT_DIR
-# Writes OUT_DIR/<target>/ for checkpoint header config shards decode differential writer.
+# Writes OUT_DIR/<target>/ for checkpoint header config shards decode differential writer low_rank
+# aws_ini.
 # (The committed, minimized corpora are tests/fuzz/corpus/<target>/; fuzz.sh runs both.)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:?corpus dir}
 F=$ROOT/tests/fixtures
-mkdir -p "$OUT"/{checkpoint,header,config,shards,decode,differential,writer,low_rank}
+mkdir -p "$OUT"/{checkpoint,header,config,shards,decode,differential,writer,low_rank,aws_ini}
 
 # checkpoint: a selector byte (which fixture config sits beside the file, see fuzz_checkpoint.cpp)
 # + the bytes of a .safetensors file
@@ -85,4 +86,22 @@ cases = {
 for name, cfg in cases.items():
     for pad in range(8):  # the target picks its mutation from the input length
         open(os.path.join(out, f"{name}_{pad}"), "w").write(json.dumps(cfg) + " " * pad)
+PY
+
+# aws_ini: a profile name on the first line, then ~/.aws/config (or credentials) text
+python3 - "$OUT/aws_ini" <<'PY'
+import os, sys
+out = sys.argv[1]
+cases = {
+    "default": "\n[default]\nregion = eu-west-1\naws_access_key_id = AKIDEXAMPLE\naws_secret_access_key = secret\n",
+    "profile": "dev\n[default]\nregion = us-east-1\n[profile dev]\nregion = eu-central-1\nendpoint_url = http://127.0.0.1:9000\n"
+               "s3 =\n  addressing_style = path\n",
+    "services": "local\n[profile local]\nservices = local-s3\naws_access_key_id = A\naws_secret_access_key = S\n"
+                "aws_session_token = T\n[services local-s3]\ns3 =\n  endpoint_url = http://localhost:8080\n",
+    "comments": "\n# comment\n; comment\n[default]\nnote = a\n  continued\nignore_configured_endpoint_urls = true\n",
+    "sso": "corp\n[profile corp]\nsso_session = corp\n[sso-session corp]\nsso_start_url = https://x\n",
+    "credentials": "dev\n[dev]\naws_access_key_id=AKID\naws_secret_access_key=SECRET\n",
+}
+for name, text in cases.items():
+    open(os.path.join(out, name), "w").write(text)
 PY
