@@ -132,7 +132,10 @@ std::string encode_http_path(std::string_view path) {
 
 std::string authority(const std::string& host, uint16_t port) {
   std::string s = host;
-  if (port) s += ":" + std::to_string(port);
+  if (port) {  // (not ":" + to_string: GCC 12's -Wrestrict false positive, PR 105329)
+    s += ':';
+    s += std::to_string(port);
+  }
   return s;
 }
 
