@@ -169,8 +169,10 @@ IniFile parse_aws_ini(std::string_view text, std::string_view file_name) {
     value = nullptr;
     nested = nullptr;
     if (line.front() == '[') {
-      if (line.back() != ']') bad_file(file_name, line_no, "a section header must end with ']'");
-      const std::string name(trim(line.substr(1, line.size() - 2)));
+      // ConfigParser's `\[(?P<header>.+)\]`, unanchored: up to the last ']', the rest ignored
+      const size_t close = line.rfind(']');
+      if (close == std::string_view::npos) bad_file(file_name, line_no, "a section header must end with ']'");
+      const std::string name(trim(line.substr(1, close - 1)));
       if (name.empty()) bad_file(file_name, line_no, "empty section name");
       auto [it, inserted] = file.try_emplace(name);
       if (!inserted) bad_file(file_name, line_no, "section [" + name.substr(0, 64) + "] given twice");

@@ -107,12 +107,7 @@ Verdict judge_success(const RangeRequest& req, const ResponseHead& head) {
   const int status = head.status;
   if (status != 200 && status != 206)
     return make(Action::fail, "unexpected HTTP status " + std::to_string(status) + " for a ranged GET");
-  if (req.whole_object && req.start != 0)
-    return make(Action::fail, "invalid request: a whole-object read from offset > 0");
-  if (!req.whole_object && req.length == 0) return make(Action::fail, "invalid request: an empty range");
-  uint64_t end = UINT64_MAX;  // exclusive end of the request
-  if (!req.whole_object && __builtin_add_overflow(req.start, req.length, &end))
-    return make(Action::fail, "invalid request: the range overflows 64 bits");
+  const uint64_t end = req.whole_object ? UINT64_MAX : req.start + req.length;  // exclusive; checked by judge
   std::optional<ETag> etag;
   if (head.etag) {
     etag = parse_etag(*head.etag);
@@ -365,6 +360,11 @@ std::string extract_s3_error_message(std::string_view body) {
 Verdict judge(const RangeRequest& req, const ResponseHead& head, int curl_code, std::string_view error_body,
               int64_t now_epoch) {
   constexpr uint64_t retry_after_cap_s = 20;  // the backoff cap (design note 3.4)
+  if (req.whole_object && req.start != 0)
+    return make(Action::fail, "invalid request: a whole-object read from offset > 0");
+  if (!req.whole_object && req.length == 0) return make(Action::fail, "invalid request: an empty range");
+  if (uint64_t end; !req.whole_object && __builtin_add_overflow(req.start, req.length, &end))
+    return make(Action::fail, "invalid request: the range overflows 64 bits");
   if (head.overflow) return make(Action::fail, "response refused: " + head.problem);
   if (curl_code != 0) {
     const Action a = classify_transport(curl_code);

@@ -117,13 +117,14 @@ bool parse_authority(std::string_view auth, std::string& host, uint16_t& port) {
 }
 
 // An HTTP path as a request may carry it: pchar, '/' and valid %XX kept, every other byte escaped.
-std::string encode_http_path(std::string_view path) {
+std::string encode_http_path(std::string_view path, bool query = false) {
   std::string out;
   out.reserve(path.size());
   for (size_t i = 0; i < path.size(); ++i) {
     const char c = path[i];
     static constexpr std::string_view keep = "/:@!$&'()*+,;=";
-    if (c == '%' && i + 2 < path.size() && is_hex(path[i + 1]) && is_hex(path[i + 2])) out += c;
+    if (query && c == '?') out += c;
+    else if (c == '%' && i + 2 < path.size() && is_hex(path[i + 1]) && is_hex(path[i + 2])) out += c;
     else if (is_unreserved(c) || keep.find(c) != std::string_view::npos) out += c;
     else append_escaped(out, static_cast<unsigned char>(c));
   }
@@ -203,7 +204,7 @@ Url parse_url(std::string_view text) {
     query = tail.substr(q + 1);
   }
   url.path = path.empty() ? "/" : encode_http_path(path);
-  url.query = encode_http_path(query);  // '/', '?' are legal in a query; '#' is gone
+  url.query = encode_http_path(query, true);  // '/' and '?' are legal in a query; '#' is gone
   return url;
 }
 

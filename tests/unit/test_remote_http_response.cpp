@@ -253,6 +253,11 @@ TEST_CASE("ranged answers: AWS 206, rclone 200 + Content-Range, clipping", "[rem
             Action::fail);
     CHECK(judge(range(UINT64_MAX - 5, 100, std::nullopt, ""), head_of({"HTTP/1.1 206 x"}), 0, "").action ==
           Action::fail);
+    // an invalid request is refused whatever the answer, even a 416 that looks like an empty object
+    CHECK(judge(range(5, UINT64_MAX, std::nullopt, ""), head_of({"HTTP/1.1 416 x", "Content-Range: bytes */5"}), 0, "")
+              .action == Action::fail);
+    CHECK(judge(range(5, 0, std::nullopt, ""), head_of({"HTTP/1.1 416 x", "Content-Range: bytes */5"}), 0, "").action ==
+          Action::fail);
   }
 }
 

@@ -76,6 +76,7 @@ TEST_CASE("http(s):// URLs: host, port, path, query", "[remote]") {
   CHECK(u.query == "X-Amz-Signature=abc");
   CHECK(to_string(u) == "https://example.com:8443/a/b.json?X-Amz-Signature=abc");
   CHECK(parse_url("http://127.0.0.1:9000").path == "/");
+  CHECK(parse_url("https://h/p?a=b/c?d e").query == "a=b/c?d%20e");
   CHECK(parse_url("http://[::1]:8080/x").host == "[::1]");
   CHECK(parse_url("http://[::1]:8080/x").port == 8080);
   // bytes a request line cannot carry are escaped; valid escapes stay as they are
