@@ -182,6 +182,8 @@ class Checkpoint {
   void release(const TensorInfo& t, bool drop_page_cache = false) const;
 
   struct Impl;  ///< opaque; defined in src/ only
+  /// The opaque state, for ctstream's own sources (the CUDA path reads the decode plans there).
+  const Impl& impl() const noexcept { return *impl_; }
 
  private:
   explicit Checkpoint(std::unique_ptr<Impl> impl);

@@ -16,6 +16,7 @@
 
 #include "cuda/launch.hpp"
 #include "format/format_table.hpp"
+#include "reader/internal.hpp"
 #endif
 
 namespace ctstream::cuda {
@@ -166,47 +167,16 @@ SliceMap slice_map(const TensorInfo& t, const std::optional<Slice>& s, const std
   return m;
 }
 
-// The refusals of decode_dense / decode_into / make_decoder for an output dtype, word for word
-// (the data checks themselves are Checkpoint::validate's).
-void check_dtypes(const Cuda& cu, const TensorInfo& t, DType out, bool sliced) {
-  const std::string o(dtype_name(out));
-  if (t.format == Format::dense) {
-    const DType src = t.parts.front().dtype;
-    const std::string s(dtype_name(src));
-    const bool convert = src != out, widen = convert && is_float(src) && !is_float_output(src);
-    if (convert && !is_float_output(out))
-      cu.fail(ErrorKind::unsupported, "cannot convert " + s + " to " + o +
-                                          " (floating tensors convert to F32, F16 or BF16; other dtypes are copied "
-                                          "as stored)");
-    if (convert && !is_float(src))
-      cu.fail(ErrorKind::unsupported,
-              "cannot convert " + s + " to " + o +
-                  " (only floating tensors convert; integer and bool tensors are copied as stored)");
-    if (widen && (src == DType::F6_E2M3 || src == DType::F6_E3M2))
-      cu.fail(ErrorKind::unsupported, "cannot convert " + s +
-                                          ": safetensors defines no element order for 6-bit values (read it as "
-                                          "stored, without a dtype)");
-    if (dtype_bits(src) % 8 != 0 && sliced && !widen)
-      cu.fail(ErrorKind::unsupported, "slicing a sub-byte " + s + " tensor (as stored)");
-    return;
-  }
-  if (t.quantized && !is_float_output(out))
-    cu.fail(ErrorKind::unsupported, "a quantized weight decodes to BF16, F16 or F32, not " + o + "; use read_part()");
-  if (!t.quantized && (t.format == Format::sparse_bitmask || t.format == Format::sparse_24_bitmask)) {
-    const TensorPart* v = t.part("compressed");
-    if (v && v->dtype != out && !(is_float_output(v->dtype) && is_float_output(out)))
-      cu.fail(ErrorKind::unsupported, "cannot convert " + std::string(dtype_name(v->dtype)) + " values to " + o);
-  }
-}
-
 uint64_t decode_device(const Checkpoint& ck, const TensorInfo& t, const Cuda& cu, void* dptr, uint64_t dbytes,
                        DType out, cudaStream_t stream, const std::optional<Slice>& slice) {
   ck.validate(t);  // every check of the stored data the CPU decode runs, before any device work
+  reader::DecodePlan own;
+  const reader::DecodePlan& plan = ck.impl().plan(t, own);  // what the CPU decoders read, too
   const std::vector<uint64_t> out_shape = ck.output_shape(t, slice);
   const uint64_t need = ck.output_bytes(t, out, slice);
   const SliceMap map = slice_map(t, slice, out_shape);
   const bool sliced = map.len != map.dim || map.outer != 1 || map.inner != 1;
-  check_dtypes(cu, t, out, sliced);
+  if (const std::string why = plan.refusal(out, sliced); !why.empty()) cu.fail(ErrorKind::unsupported, why);
   if (dbytes < need)
     cu.fail(ErrorKind::buffer_too_small,
             "device buffer holds " + std::to_string(dbytes) + " bytes, decode needs " + std::to_string(need));
@@ -218,7 +188,7 @@ uint64_t decode_device(const Checkpoint& ck, const TensorInfo& t, const Cuda& cu
   Staging staging(cu, ck, largest, stream);
 
   if (t.format == Format::dense) {
-    const TensorPart& p = t.parts.front();
+    const TensorPart& p = *plan.main;
     if (p.dtype == out && !sliced) {  // straight through: file -> pinned -> the caller's buffer
       staging.upload(p, static_cast<uint8_t*>(dptr));
       return need;
@@ -236,13 +206,14 @@ uint64_t decode_device(const Checkpoint& ck, const TensorInfo& t, const Cuda& cu
   }
 
   // Compressed: every stored part goes to one device allocation, each at an aligned offset.
-  const format::Geometry g = format::geometry(t);
-  const bool sparse = t.format == Format::sparse_bitmask || t.format == Format::sparse_24_bitmask;
+  using format::Role;
+  const format::Geometry& g = plan.geo;
+  const bool sparse = plan.codes == format::Codes::sparse;
   const uint64_t mbytes = (g.cols + 7) / 8;
   uint64_t total = 0;
-  std::map<std::string, uint64_t> at;  // role -> offset
+  std::map<const TensorPart*, uint64_t> at;  // part -> offset
   for (const TensorPart& p : t.parts) {
-    at[p.role] = total;
+    at[&p] = total;
     total += (p.nbytes + kAlign - 1) / kAlign * kAlign;
   }
   const uint64_t row_start_at = total;
@@ -250,79 +221,59 @@ uint64_t decode_device(const Checkpoint& ck, const TensorInfo& t, const Cuda& cu
   const uint64_t byte_offset_at = total;
   if (sparse) total += g.rows * mbytes * 4;
   DeviceBuffer dev(cu, total, stream);
-  for (const TensorPart& p : t.parts) staging.upload(p, dev.get() + at[p.role]);
-  auto part = [&](const char* role) -> const uint8_t* { return t.part(role) ? dev.get() + at[role] : nullptr; };
+  for (const TensorPart& p : t.parts) staging.upload(p, dev.get() + at[&p]);
+  auto part = [&](Role role) -> const uint8_t* {
+    const TensorPart* p = plan.part(role);
+    return p ? dev.get() + at[p] : nullptr;
+  };
 
   QuantJob job;
   job.rows = g.rows;
   job.cols = g.cols;
   job.out = out;
   job.map = map;
-  job.bits = t.quant.num_bits;
-  job.dense_pack = !t.quant.legacy_packing;
-  switch (t.format) {
-    case Format::pack_quantized:
-      job.kind = ValueKind::packed_int;
-      job.values = part("weight_packed");
-      job.row_bytes = g.row_bytes;
-      break;
-    case Format::naive_quantized:
-    case Format::int_quantized:
-    case Format::float_quantized:
-    case Format::mxfp8_quantized:
-      job.kind = ValueKind::byte;
-      job.values = part("weight");
-      job.value_dtype = t.part("weight")->dtype;
-      break;
-    case Format::nvfp4_pack_quantized:
-    case Format::mxfp4_pack_quantized:
-      job.kind = ValueKind::fp4;
-      job.values = part("weight_packed");
-      break;
-    case Format::mxfp6_pack_quantized:
-      job.kind = ValueKind::fp6;
-      job.values = part("weight_packed");
-      break;
-    case Format::sparse_bitmask:
-    case Format::sparse_24_bitmask:
-      job.kind = ValueKind::sparse;
-      job.values = part("compressed");
-      job.value_dtype = t.part("compressed")->dtype;
-      job.mask = part("bitmask");
+  job.bits = g.quant.num_bits;
+  job.dense_pack = !g.quant.legacy_packing;
+  if (!plan.main) cu.fail(ErrorKind::corrupt_tensor, "missing main part");  // validate() refused it already
+  job.kind = plan.codes;
+  job.values = dev.get() + at[plan.main];
+  job.value_dtype = plan.main->dtype;
+  switch (plan.codes) {
+    case format::Codes::packed_int: job.row_bytes = g.row_bytes; break;
+    case format::Codes::byte:
+    case format::Codes::e2m1:
+    case format::Codes::e2m3: break;
+    case format::Codes::sparse:
+      job.mask = part(Role::bitmask);
       job.row_start = reinterpret_cast<uint64_t*>(dev.get() + row_start_at);
       job.byte_offset = reinterpret_cast<uint32_t*>(dev.get() + byte_offset_at);
       break;
-    default: cu.fail(ErrorKind::unsupported, "no device decoder for format " + std::string(format_name(t.format)));
+    case format::Codes::none:
+    case format::Codes::marlin:
+      cu.fail(ErrorKind::unsupported, "no device decoder for format " + std::string(format_name(t.format)));
   }
-  if (!job.values) cu.fail(ErrorKind::corrupt_tensor, "missing main part");  // validate() refused it already
   if (t.quantized) {
-    const TensorPart* sp = t.part("weight_scale");
+    const TensorPart* sp = plan.part(Role::weight_scale);
     if (!sp) cu.fail(ErrorKind::corrupt_tensor, "missing part 'weight_scale'");
     job.quantized = true;
-    job.scale = part("weight_scale");
+    job.scale = part(Role::weight_scale);
     job.scale_dtype = sp->dtype;
-    job.e8m0 = sp->dtype == DType::U8 || sp->dtype == DType::F8_E8M0;
+    job.e8m0 = plan.e8m0_scale;
     job.scale_cols = g.scale.cols;
     job.group_size = g.scale.group_size;
     job.row_div = g.scale.row_div;
-    job.global_scale = part("weight_global_scale");
-    if (const TensorPart* zp = t.part("weight_zero_point")) {
-      job.zp = part("weight_zero_point");
+    job.global_scale = part(Role::weight_global_scale);
+    if (const TensorPart* zp = plan.part(Role::weight_zero_point)) {
+      job.zp = part(Role::weight_zero_point);
       job.zp_dtype = zp->dtype;
       job.zp_slice_rows = g.zp.slice_rows;  // packed one 2-D slice at a time (MoE experts)
       job.zp_words = g.zp.words;
     }
     job.natural = t.dtype;
-    job.exact_sub = t.quant.type == QuantType::int_ &&
-                    (job.zp == nullptr || job.zp_dtype == DType::I8 || job.zp_dtype == DType::I32);
-    if (const TensorPart* gi = t.part("weight_g_idx")) {  // pack- or naive-quantized (format table)
-      // 0.12 act-order: a -1 anywhere means plain order (forward.py `_process_quantization`), as
-      // the CPU decoder reads it; validate() checked every other entry is a group index.
-      std::vector<int32_t> idx(gi->nbytes / 4);
-      ck.read_part(*gi, std::as_writable_bytes(std::span<int32_t>(idx)));
-      if (std::find(idx.begin(), idx.end(), -1) == idx.end())
-        job.gidx = reinterpret_cast<const int32_t*>(part("weight_g_idx"));
-    }
+    job.exact_sub = plan.int_values;
+    // Act-order: the CPU decoders' own reading of weight_g_idx (a -1 anywhere: plain order).
+    if (!reader::load_act_order(ck.impl(), plan).empty())
+      job.gidx = reinterpret_cast<const int32_t*>(part(Role::weight_g_idx));
   }
   const char* what = "";
   cu.check(static_cast<cudaError_t>(detail::launch_quant(job, dptr, stream, &what)), what);

@@ -125,11 +125,13 @@ __device__ inline float value_of(const QuantJob& j, uint64_t r, uint64_t c, uint
     case ValueKind::packed_int:
       return c::int_code_value(c::int_code(j.values + r * j.row_bytes, 4, j.bits, j.dense_pack, c), j.bits);
     case ValueKind::byte: return c::stored_to_f32(j.value_dtype, j.values + r * j.cols + c, false);
-    case ValueKind::fp4: {
+    case ValueKind::e2m1: {
       const uint8_t b = j.values[(r * j.cols + c) / 2];
       return c::e2m1_to_f32(static_cast<uint8_t>(c % 2 ? b >> 4 : b & 0xF));
     }
-    case ValueKind::fp6: return c::e2m3_to_f32(c::fp6_code(j.values + r * (j.cols / 4 * 3), c));
+    case ValueKind::none:
+    case ValueKind::marlin: break;  // never launched (api.cpp refuses them)
+    case ValueKind::e2m3: return c::e2m3_to_f32(c::fp6_code(j.values + r * (j.cols / 4 * 3), c));
     case ValueKind::sparse: {
       const uint64_t mb = (j.cols + 7) / 8;
       const uint8_t m = j.mask[r * mb + c / 8];

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "ctstream/dtype.hpp"
+#include "format/codes.hpp"
 
 namespace ctstream::cuda::detail {
 
@@ -25,13 +26,8 @@ struct DenseJob {
 
 /// How a quantized / sparse tensor's values are stored (the CPU decoder of each in
 /// reader/decode_compressed.cpp).
-enum class ValueKind : uint8_t {
-  packed_int,  ///< pack-quantized: b-bit offset-binary codes in int32 words, row_bytes per row
-  byte,        ///< naive / int / float / mxfp8: one I8 or F8_E4M3 per element
-  fp4,         ///< nvfp4 / mxfp4: E2M1 nibbles, even column in the low nibble
-  fp6,         ///< mxfp6: 4 E2M3 codes per 3 bytes
-  sparse,      ///< bitmask: values of `value_dtype` at the mask's set bits, zero elsewhere
-};
+/// How the values are stored: the format table's Codes (packed_int, byte, e2m1, e2m3, sparse).
+using ValueKind = format::Codes;
 
 struct QuantJob {
   ValueKind kind = ValueKind::byte;

@@ -82,10 +82,35 @@ constexpr PartRule kMarlin24[] = {
 
 uint64_t ceil_div(uint64_t a, uint64_t b) noexcept { return a / b + (a % b != 0); }
 
-bool two_d_only(Format f) {
-  return f != Format::pack_quantized && f != Format::naive_quantized && f != Format::int_quantized &&
-         f != Format::float_quantized;
-}
+using SF = ShapeFrom;
+using N = NaturalDType;
+using C = Codes;
+constexpr FormatFacts kFactsDense{{}, R::weight, C::none, SF::stored, 1, 1, N::stored, 0, 0, false, std::nullopt};
+constexpr FormatFacts kFactsBitmask{kBitmask, R::compressed, C::sparse, SF::shape_part, 1, 1, N::scale_or_values,
+                                    2, 2, false, std::nullopt};
+constexpr FormatFacts kFactsSparse24{kSparse24, R::compressed, C::sparse, SF::shape_part, 1, 1, N::scale_or_values,
+                                     2, 2, false, std::nullopt};
+// Packed along the last dim, any leading dims (MoE experts [E, R, C]): pack_quantized/base.py.
+constexpr FormatFacts kFactsPack{kPack, R::weight_packed, C::packed_int, SF::weight_shape, 1, 1, N::scale, 2, 0, true,
+                                 std::nullopt};
+// Unpacked values of any rank >= 1 (quantized embeddings, 3-D experts): naive_quantized/base.py.
+constexpr FormatFacts kFactsNaive{kNaive, R::weight, C::byte, SF::main_part, 1, 1, N::scale, 1, 0, false, std::nullopt};
+constexpr FormatFacts kFactsNvfp4{kNvfp4,     R::weight_packed,
+                                  C::e2m1,    SF::packed_bytes,
+                                  2,          1,
+                                  N::bf16,    2,
+                                  2,          false,
+                                  FixedArgs{4, QuantType::float_, QuantStrategy::tensor_group, 16}};
+constexpr FormatFacts kFactsMxfp4{kMxPacked, R::weight_packed, C::e2m1, SF::packed_bytes, 2, 1, N::bf16, 2, 2, false,
+                                  FixedArgs{4, QuantType::float_, QuantStrategy::group, 32}};
+constexpr FormatFacts kFactsMxfp6{kMxPacked, R::weight_packed, C::e2m3, SF::packed_bytes, 4, 3, N::bf16, 2, 2, false,
+                                  FixedArgs{6, QuantType::float_, QuantStrategy::group, 32}};
+constexpr FormatFacts kFactsMxfp8{kMxfp8, R::weight, C::byte, SF::main_part, 1, 1, N::bf16, 2, 2, false,
+                                  FixedArgs{8, QuantType::float_, QuantStrategy::group, 32}};
+constexpr FormatFacts kFactsMarlin{kMarlin24, R::weight_packed, C::marlin, SF::marlin_tiles, 1, 1, N::f16, 2, 2, true,
+                                   std::nullopt};
+// Its parts are its factors', checked by their own formats.
+constexpr FormatFacts kFactsLowRank{{}, R::weight, C::none, SF::stored, 1, 1, N::stored, 2, 2, false, std::nullopt};
 
 }  // namespace
 
@@ -123,24 +148,26 @@ std::string dtype_list(DTypeSet s) {
   return r;
 }
 
-std::span<const PartRule> part_rules(Format f) noexcept {
+const FormatFacts& facts(Format f) noexcept {
   switch (f) {
-    case Format::dense: return {};
-    case Format::sparse_bitmask: return kBitmask;
-    case Format::sparse_24_bitmask: return kSparse24;
-    case Format::pack_quantized: return kPack;
+    case Format::dense: return kFactsDense;
+    case Format::sparse_bitmask: return kFactsBitmask;
+    case Format::sparse_24_bitmask: return kFactsSparse24;
+    case Format::pack_quantized: return kFactsPack;
     case Format::naive_quantized:
     case Format::int_quantized:
-    case Format::float_quantized: return kNaive;
-    case Format::nvfp4_pack_quantized: return kNvfp4;
-    case Format::mxfp4_pack_quantized:
-    case Format::mxfp6_pack_quantized: return kMxPacked;
-    case Format::mxfp8_quantized: return kMxfp8;
-    case Format::marlin_24: return kMarlin24;
-    case Format::low_rank: return {};  // its parts are its factors', checked by their own formats
+    case Format::float_quantized: return kFactsNaive;
+    case Format::nvfp4_pack_quantized: return kFactsNvfp4;
+    case Format::mxfp4_pack_quantized: return kFactsMxfp4;
+    case Format::mxfp6_pack_quantized: return kFactsMxfp6;
+    case Format::mxfp8_quantized: return kFactsMxfp8;
+    case Format::marlin_24: return kFactsMarlin;
+    case Format::low_rank: return kFactsLowRank;
   }
-  return {};
+  return kFactsDense;
 }
+
+std::span<const PartRule> part_rules(Format f) noexcept { return facts(f).parts; }
 
 const PartRule* part_rule(Format f, Role role) noexcept {
   for (const PartRule& r : part_rules(f))
@@ -168,9 +195,8 @@ std::optional<Geometry> geometry(Format f, const Shape& shape, const QuantArgs* 
   }
   g.rows = *rows;
   if (f == Format::dense) return g;
-  if (shape.size() <
-          (f == Format::naive_quantized || f == Format::int_quantized || f == Format::float_quantized ? 1u : 2u) ||
-      (two_d_only(f) && shape.size() != 2)) {
+  const FormatFacts& ff = facts(f);
+  if (shape.size() < ff.min_rank || (ff.max_rank != 0 && shape.size() > ff.max_rank)) {
     why = std::string(format_name(f)) + " cannot hold a " + std::to_string(shape.size()) + "-d tensor (shape " +
           shape_str(shape) + ")";
     return std::nullopt;
@@ -189,31 +215,20 @@ std::optional<Geometry> geometry(Format f, const Shape& shape, const QuantArgs* 
   g.quantized = true;
   g.quant = *q;
   QuantArgs& a = g.quant;
-  // Fixed layouts of the float formats, whatever the config says (nvfp4: group 16, mx: group 32).
-  switch (f) {
-    case Format::nvfp4_pack_quantized:
-      a.num_bits = 4, a.type = QuantType::float_, a.strategy = QuantStrategy::tensor_group, a.group_size = 16;
-      a.symmetric = true;
-      break;
-    case Format::mxfp4_pack_quantized:
-    case Format::mxfp6_pack_quantized:
-    case Format::mxfp8_quantized:
-      a.num_bits = f == Format::mxfp4_pack_quantized ? 4 : f == Format::mxfp6_pack_quantized ? 6 : 8;
-      a.type = QuantType::float_, a.strategy = QuantStrategy::group, a.group_size = 32, a.symmetric = true;
-      break;
-    case Format::pack_quantized:
-    case Format::marlin_24:
-      if (a.type != QuantType::int_ || a.num_bits < 1 || a.num_bits > 8) {
-        why = std::string(format_name(f)) + " needs INT weights of 1..8 bits, the config says " +
-              (a.type == QuantType::int_ ? "int" : "float") + std::to_string(a.num_bits);
-        return std::nullopt;
-      }
-      if (f == Format::marlin_24 && a.num_bits != 4 && a.num_bits != 8) {
-        why = "marlin-24 stores 4- or 8-bit weights, the config says " + std::to_string(a.num_bits);
-        return std::nullopt;
-      }
-      break;
-    default: break;
+  if (ff.fixed) {  // fixed layouts of the float formats, whatever the config says
+    a.num_bits = ff.fixed->num_bits, a.type = ff.fixed->type, a.strategy = ff.fixed->strategy;
+    a.group_size = ff.fixed->group_size, a.symmetric = true;
+  }
+  if (ff.int_codes) {
+    if (a.type != QuantType::int_ || a.num_bits < 1 || a.num_bits > 8) {
+      why = std::string(format_name(f)) + " needs INT weights of 1..8 bits, the config says " +
+            (a.type == QuantType::int_ ? "int" : "float") + std::to_string(a.num_bits);
+      return std::nullopt;
+    }
+    if (f == Format::marlin_24 && a.num_bits != 4 && a.num_bits != 8) {
+      why = "marlin-24 stores 4- or 8-bit weights, the config says " + std::to_string(a.num_bits);
+      return std::nullopt;
+    }
   }
   ScaleGeometry& s = g.scale;
   switch (a.strategy) {
@@ -244,6 +259,7 @@ std::optional<Geometry> geometry(Format f, const Shape& shape, const QuantArgs* 
       why = "strategy '" + std::string(strategy_name(a.strategy)) + "' is not a layout of stored weights";
       return std::nullopt;
   }
+  if (ff.shape_from == ShapeFrom::packed_bytes) g.row_units = g.row_bytes = g.cols / ff.pack_num * ff.pack_den;
   switch (f) {
     case Format::pack_quantized:
       g.row_units = detail::packed_words(g.cols, a.num_bits, !a.legacy_packing);
@@ -254,9 +270,6 @@ std::optional<Geometry> geometry(Format f, const Shape& shape, const QuantArgs* 
         g.zp.words = detail::packed_words(shape[shape.size() - 2], a.num_bits, !a.legacy_packing);
       }
       break;
-    case Format::nvfp4_pack_quantized:
-    case Format::mxfp4_pack_quantized: g.row_units = g.row_bytes = g.cols / 2; break;
-    case Format::mxfp6_pack_quantized: g.row_units = g.row_bytes = g.cols / 4 * 3; break;
     case Format::marlin_24:
       if (g.cols % 32 != 0 || a.strategy == QuantStrategy::block || a.strategy == QuantStrategy::tensor) {
         why = "marlin-24 needs columns in multiples of 32 and channel or group scales";

@@ -27,6 +27,7 @@
 
 #include "ctstream/dtype.hpp"
 #include "ctstream/tensor.hpp"
+#include "format/codes.hpp"
 
 namespace ctstream::format {
 
@@ -90,6 +91,48 @@ struct PartRule {
   DTypeSet dtypes;
   ShapeRule shape;
 };
+
+/// Where a tensor's logical shape comes from (grouping reads it; the writer stores it so).
+enum class ShapeFrom : uint8_t {
+  stored,        ///< dense / low-rank: the entry's own shape
+  main_part,     ///< the main part's shape (naive / int / float / mxfp8)
+  weight_shape,  ///< the weight_shape part (pack-quantized)
+  shape_part,    ///< the `shape` part (sparse)
+  packed_bytes,  ///< main part [R, W]: [R, W / pack_den * pack_num] (fp4: 2 per byte; fp6: 4 per 3 bytes)
+  marlin_tiles,  ///< Marlin tiles [C / 32, R * b / 2] (a weight_shape, when present, must agree)
+};
+
+/// The dtype the library's decompression returns (TensorInfo::dtype, the scale dtype S of the
+/// dequantization arithmetic).
+enum class NaturalDType : uint8_t {
+  stored,           ///< dense: as stored
+  scale,            ///< the weight_scale's dtype (pack / naive / int / float)
+  scale_or_values,  ///< sparse: the scale's when quantized, else the values'
+  bf16,             ///< nvfp4/base.py and mx_utils.py decompress to bfloat16
+  f16,              ///< marlin-24 scales are fp16
+};
+
+/// Quantization arguments a format fixes whatever the config says (nvfp4: group 16, mx: group 32).
+struct FixedArgs {
+  unsigned num_bits;
+  QuantType type;
+  QuantStrategy strategy;
+  uint64_t group_size;
+};
+
+/// Everything a format fixes, in one row: adding a format is one row here and one kernel.
+struct FormatFacts {
+  std::span<const PartRule> parts;  ///< its stored parts, in the order the library writes them
+  Role main;                        ///< the part holding the values (TensorInfo::parts[0])
+  Codes codes;                      ///< how the main part holds them
+  ShapeFrom shape_from;
+  uint8_t pack_num, pack_den;  ///< ShapeFrom::packed_bytes: values per pack_den bytes
+  NaturalDType natural;
+  uint8_t min_rank, max_rank;  ///< dims a tensor of the format may have (max 0: any)
+  bool int_codes;              ///< INT weights of 1..8 bits only (pack-quantized, marlin-24)
+  std::optional<FixedArgs> fixed;
+};
+const FormatFacts& facts(Format f) noexcept;
 
 /// Where the elements of a quantized tensor, viewed as [rows, cols], find their scale entries.
 struct ScaleGeometry {

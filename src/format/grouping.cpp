@@ -174,21 +174,21 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, con
                " is not a multiple of " + std::to_string(den));
     return Shape{main.shape[0], main.shape[1] / den * num};
   };
-  switch (fmt) {
-    case Format::sparse_bitmask:
-    case Format::sparse_24_bitmask: {
+  const FormatFacts& ff = facts(fmt);
+  switch (ff.shape_from) {
+    case ShapeFrom::shape_part: {
       const RawTensor* sh = m.get(Role::shape);
       if (!sh) fail(main, t.name, "sparse tensor has no '" + p + ".shape' part");
       t.shape = read_shape(*sh, t.name);
       break;
     }
-    case Format::pack_quantized: {
+    case ShapeFrom::weight_shape: {
       const RawTensor* ws = m.get(Role::weight_shape);
       if (!ws) fail(main, t.name, "pack-quantized weight has no weight_shape part");
       t.shape = read_shape(*ws, t.name);
       break;
     }
-    case Format::marlin_24: {
+    case ShapeFrom::marlin_tiles: {
       // [cols/32, rows*bits/2] tiles (marlin_24.py `pack_weight_24`); weight_shape, when
       // present, must agree.
       const unsigned b = t.quant.num_bits;
@@ -206,15 +206,9 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, con
       }
       break;
     }
-    case Format::nvfp4_pack_quantized:
-    case Format::mxfp4_pack_quantized: t.shape = packed_shape(2, 1); break;
-    case Format::mxfp6_pack_quantized: t.shape = packed_shape(4, 3); break;
-    case Format::naive_quantized:
-    case Format::int_quantized:
-    case Format::float_quantized:
-    case Format::mxfp8_quantized: t.shape = main.shape; break;
-    case Format::dense:
-    case Format::low_rank:  // never a config's format (scheme.cpp refuses it)
+    case ShapeFrom::packed_bytes: t.shape = packed_shape(ff.pack_num, ff.pack_den); break;
+    case ShapeFrom::main_part: t.shape = main.shape; break;
+    case ShapeFrom::stored:  // dense / low-rank: never a config's format (scheme.cpp refuses it)
       fail(main, t.name,
            "config says " + std::string(format_name(fmt)) + ", but the module stores compressed-tensors parts");
   }
@@ -286,16 +280,12 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, con
     fail(main, t.name,
          "sparse values of a quantized weight must be I8 or F8_E4M3, not " + std::string(dtype_name(main.dtype)));
   t.quant.actorder = t.quantized && !sparse && m.get(Role::weight_g_idx) != nullptr;
-  switch (fmt) {
-    case Format::sparse_bitmask:
-    case Format::sparse_24_bitmask: t.dtype = t.quantized ? scale->dtype : main.dtype; break;
-    case Format::pack_quantized:
-    case Format::naive_quantized:
-    case Format::int_quantized:
-    case Format::float_quantized: t.dtype = scale->dtype; break;
-    // nvfp4/base.py and mx_utils.py decompress to bfloat16; marlin-24 scales are fp16.
-    case Format::marlin_24: t.dtype = DType::F16; break;
-    default: t.dtype = DType::BF16; break;
+  switch (ff.natural) {
+    case NaturalDType::scale_or_values: t.dtype = t.quantized ? scale->dtype : main.dtype; break;
+    case NaturalDType::scale: t.dtype = scale->dtype; break;
+    case NaturalDType::f16: t.dtype = DType::F16; break;
+    case NaturalDType::bf16:
+    case NaturalDType::stored: t.dtype = DType::BF16; break;
   }
   if (t.quantized && t.quant.type == QuantType::int_ && main.dtype == DType::F8_E4M3) t.quant.type = QuantType::float_;
   return t;

@@ -176,6 +176,8 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
       return std::tie(pa.file, pa.offset) < std::tie(pb.file, pb.offset);
     });
   for (size_t i = 0; i < ck->tensors.size(); ++i) ck->by_name.emplace(ck->tensors[i].name, i);
+  ck->plans.reserve(ck->tensors.size());
+  for (const auto& t : ck->tensors) ck->plans.push_back(reader::make_plan(t));
   return Checkpoint(std::move(ck));
 }
 
@@ -203,16 +205,35 @@ const TensorInfo& Checkpoint::at(std::string_view name) const {
 
 uint64_t reader::decode(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                         const std::optional<Slice>& slice) {
+  DecodePlan own;
+  const DecodePlan& plan = ck.plan(t, own);
   const SliceGeom g = slice_geometry(ck, t, slice);
-  if (t.format == Format::dense) return decode_dense(ck, t, out, out_dtype, g);
-  if ((t.quantized || t.format == Format::low_rank) && !is_float_output(out_dtype))
-    fail(ck, t, ErrorKind::unsupported,
-         std::string(t.quantized ? "a quantized" : "a low-rank") + " weight decodes to BF16, F16 or F32, not " +
-             std::string(dtype_name(out_dtype)) + "; use read_part()");
+  if (const std::string why = plan.refusal(out_dtype, g.sliced()); !why.empty())
+    fail(ck, t, ErrorKind::unsupported, why);
+  if (t.format == Format::dense) return decode_dense(ck, plan, out, out_dtype, g);
   if (t.format == Format::low_rank) return decode_low_rank(ck, t, out, out_dtype, g, slice);
   if (g.out_elems() == 0) return 0;  // nothing to decode: no decoder, no reads
-  const auto dec = make_decoder(ck, t, out_dtype);
+  const auto dec = make_decoder(ck, plan, out_dtype);
   return run_rows(ck, t, out, out_dtype, g, slice, *dec);
+}
+
+reader::ChunkedDecode::ChunkedDecode(const Checkpoint::Impl& ck, const TensorInfo& t, DType out_dtype)
+    : ck_(ck), t_(t), out_(out_dtype), plan_(ck.plan(t, own_)) {
+  const bool rows = plan_.codes != format::Codes::none && plan_.codes != format::Codes::marlin;
+  if (!rows || t.numel() == 0) {
+    validate(ck, t);
+    return;
+  }
+  if (const std::string why = plan_.refusal(out_dtype, false); !why.empty()) fail(ck, t, ErrorKind::unsupported, why);
+  dec_ = make_decoder(ck, plan_, out_dtype);  // reads and checks the data every chunk needs, once
+}
+reader::ChunkedDecode::~ChunkedDecode() = default;
+
+uint64_t reader::ChunkedDecode::decode(std::span<std::byte> out, const std::optional<Slice>& slice) const {
+  if (!dec_) return reader::decode(ck_, t_, out, out_, slice);
+  const SliceGeom g = slice_geometry(ck_, t_, slice);
+  if (g.out_elems() == 0) return 0;
+  return run_rows(ck_, t_, out, out_, g, slice, *dec_);
 }
 
 uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
@@ -223,12 +244,15 @@ uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, 
 
 uint64_t Checkpoint::decode_chunked(const TensorInfo& t, DType out_dtype, uint64_t max_bytes,
                                     const std::function<void(std::span<const std::byte>)>& sink) const {
-  validate(t);  // a damaged tensor is refused before a byte of it is allocated
+  const std::string file = reader::file_name(*impl_, t);
+  // A damaged tensor is refused before a byte of it is allocated.
+  const auto dec = detail::at_boundary(
+      file, t.name, [&] { return std::make_unique<reader::ChunkedDecode>(*impl_, t, out_dtype); });
   const uint64_t whole = output_bytes(t, out_dtype);
   std::vector<std::byte> buf;
   if (t.shape.empty() || t.shape[0] <= 1 || whole <= max_bytes || dtype_bits(out_dtype) % 8 != 0) {
     buf.resize(whole);
-    const uint64_t n = decode_into(t, buf, out_dtype);
+    const uint64_t n = detail::at_boundary(file, t.name, [&] { return dec->decode(buf, std::nullopt); });
     sink({buf.data(), n});
     return n;
   }
@@ -237,7 +261,8 @@ uint64_t Checkpoint::decode_chunked(const TensorInfo& t, DType out_dtype, uint64
   buf.resize(std::min(rows, per) * row_bytes);
   uint64_t total = 0;
   for (uint64_t r = 0; r < rows; r += per) {
-    const uint64_t n = decode_into(t, buf, out_dtype, Slice{0, r, std::min(rows, r + per)});
+    const Slice s{0, r, std::min(rows, r + per)};
+    const uint64_t n = detail::at_boundary(file, t.name, [&] { return dec->decode(buf, s); });
     sink({buf.data(), n});
     total += n;
   }
@@ -260,19 +285,28 @@ uint64_t Checkpoint::output_bytes(const TensorInfo& t, DType out_dtype, const st
 }
 
 void Checkpoint::validate(const TensorInfo& t) const {
-  detail::at_boundary(reader::file_name(*impl_, t), t.name, [&] {
-    if (t.format == Format::low_rank) {
-      for (const TensorInfo& f : t.factors) validate(f);
-      return;
-    }
-    if (t.format == Format::dense || t.format == Format::marlin_24) {
-      for (const auto& p : t.parts) impl_->guard(p);
-      if (t.format == Format::marlin_24) (void)reader::make_decoder(*impl_, t, DType::F16);  // says why not
-      return;
-    }
-    if (t.numel() == 0) return;
-    (void)reader::make_decoder(*impl_, t, is_float_output(t.dtype) ? t.dtype : DType::F32);
-  });
+  detail::at_boundary(reader::file_name(*impl_, t), t.name, [&] { reader::validate(*impl_, t); });
+}
+
+void reader::validate(const Checkpoint::Impl& ck, const TensorInfo& t) {
+  if (t.format == Format::low_rank) {
+    for (const TensorInfo& f : t.factors) validate(ck, f);
+    return;
+  }
+  reader::DecodePlan own;
+  const reader::DecodePlan& plan = ck.plan(t, own);
+  if (plan.codes == format::Codes::none || plan.codes == format::Codes::marlin) {
+    for (const auto& p : t.parts) ck.guard(p);
+    if (plan.codes == format::Codes::marlin)  // says why not
+      fail(ck, t, ErrorKind::unsupported, plan.refusal(DType::F16, false));
+    return;
+  }
+  // The checks of the stored data every decoder runs when it is built (and the CUDA path before
+  // it uploads): parts inside their files, sparse masks against their values, act-order indices.
+  for (const auto& p : t.parts) ck.guard(p);
+  if (t.numel() == 0) return;
+  if (plan.codes == format::Codes::sparse) (void)load_sparse_index(ck, plan);
+  (void)load_act_order(ck, plan);
 }
 
 std::span<const std::byte> Checkpoint::stored_view(const TensorInfo& t) const {

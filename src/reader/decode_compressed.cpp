@@ -38,9 +38,11 @@ const std::array<float, 256>& e4m3_lut() {
   return t;
 }
 
-const TensorPart& need_part(const Checkpoint::Impl& ck, const TensorInfo& t, const char* role) {
-  if (const TensorPart* p = t.part(role)) return *p;
-  fail(ck, t, ErrorKind::corrupt_tensor, std::string("missing part '") + role + "'");
+using format::Role;
+
+const TensorPart& need_part(const Checkpoint::Impl& ck, const DecodePlan& plan, Role role) {
+  if (const TensorPart* p = plan.part(role)) return *p;
+  fail(ck, *plan.t, ErrorKind::corrupt_tensor, "missing part '" + std::string(format::role_name(role)) + "'");
 }
 
 // Exact f32 image of one stored scalar of a scale / zero-point / quantized-value part (the format
@@ -53,20 +55,21 @@ float to_f32(DType d, const std::byte* p, bool e8m0) {
 // lifecycle/forward.py: tensor / channel / group / block mapping).
 class Scales {
  public:
-  Scales(const Checkpoint::Impl& ck, const TensorInfo& t, const format::Geometry& geo) : ck_(ck), t_(t) {
-    scale_ = &need_part(ck, t, "weight_scale");
-    e8m0_ = scale_->dtype == DType::U8 || scale_->dtype == DType::F8_E8M0;
+  Scales(const Checkpoint::Impl& ck, const DecodePlan& plan) : ck_(ck), t_(*plan.t) {
+    const format::Geometry& geo = plan.geo;
+    scale_ = &need_part(ck, plan, Role::weight_scale);
+    e8m0_ = plan.e8m0_scale;
     ssz_ = dtype_bits(scale_->dtype) / 8;
     G_ = geo.scale.cols, gs_ = geo.scale.group_size, row_div_ = geo.scale.row_div, scale_rows_ = geo.scale.rows;
     assert(scale_->nbytes == scale_rows_ * G_ * ssz_);  // the format table checked it at open
-    if (const TensorPart* gsp = t.part("weight_global_scale")) {
+    if (const TensorPart* gsp = plan.part(Role::weight_global_scale)) {
       std::vector<std::byte> b(4);
       ck.file_of(*gsp).read_at(gsp->offset, b);
       std::memcpy(&global_, b.data(), 4);
       has_global_ = true;
     }
     zp_packing_ = geo.zp;
-    if (const TensorPart* zp = t.part("weight_zero_point")) load_zp(*zp, geo.rows);
+    if (const TensorPart* zp = plan.part(Role::weight_zero_point)) load_zp(*zp, geo.rows);
   }
   uint64_t group_size() const { return gs_; }
   /// Scale-entry offset of column c0 when a window starting there keeps the group mapping
@@ -135,14 +138,6 @@ class Scales {
   format::ZeroPointPacking zp_packing_;
 };
 
-DequantSpec spec_for(const TensorInfo& t, DType out, uint64_t group_size) {
-  // Integer codes (pack / naive int8) minus integer zero points: exact subtraction. A float zero
-  // point (F16 / BF16 / F32) can make x - zp inexact in S: the rounding path.
-  const TensorPart* zp = t.part("weight_zero_point");
-  const bool ints = t.quant.type == QuantType::int_ && (!zp || zp->dtype == DType::I8 || zp->dtype == DType::I32);
-  return DequantSpec{t.dtype, out, group_size, ints};
-}
-
 // The fused 8-bit kernel's code type for values of dtype `d`, where that kernel applies: int8 or
 // fp8 E4M3 codes, zero points only when the subtraction is exact (integer ones).
 std::optional<codecs::ByteCode> fused_byte_code(DType d, const float* zp, const DequantSpec& spec) {
@@ -151,11 +146,9 @@ std::optional<codecs::ByteCode> fused_byte_code(DType d, const float* zp, const 
   if (d == DType::F8_E4M3) return codecs::ByteCode::e4m3;
   return std::nullopt;
 }
-// Block-quantized weights repeat each row's scales block_rows times: the 8-bit kernel is then
-// offered the calling thread's table memo (it keys every table it keeps, so one memo serves all).
-bool rows_repeat_scales(const TensorInfo& t) {
-  return t.quant.strategy == QuantStrategy::block && t.quant.block_rows >= 2;
-}
+// Block-quantized weights repeat each row's scales block_rows times (DecodePlan::rows_repeat_scales):
+// the 8-bit kernel is then offered the calling thread's table memo (it keys every table it keeps,
+// so one memo serves all).
 void* byte_memo(bool wanted) {
   if (!wanted) return nullptr;
   thread_local std::vector<std::byte> memo(codecs::kDequantByteMemoBytes);  // zeroed: every slot empty
@@ -166,15 +159,15 @@ void* byte_memo(bool wanted) {
 // is finished — the fused 4-bit kernel, or f32 values through the generic dequant kernel.
 class ScaledDecoder : public RowDecoder {
  protected:
-  ScaledDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g,
-                const char* main_role)
+  ScaledDecoder(const Checkpoint::Impl& ck, const DecodePlan& plan, DType out)
       : ck_(ck),
-        main_(need_part(ck, t, main_role)),
-        scales_(ck, t, g),
-        cols_(g.cols),
-        spec_(spec_for(t, out, scales_.group_size())),
-        memo_(rows_repeat_scales(t)),
+        main_(need_part(ck, plan, format::facts(plan.t->format).main)),
+        scales_(ck, plan),
+        cols_(plan.geo.cols),
+        spec_(plan.dequant(out)),
+        memo_(plan.rows_repeat_scales),
         k_(codecs::active_kernels()) {
+    [[maybe_unused]] const format::Geometry& g = plan.geo;
     assert(main_.nbytes >= g.rows * (g.row_bytes ? g.row_bytes : g.cols * (dtype_bits(main_.dtype) / 8)));
   }
 
@@ -209,21 +202,6 @@ class ScaledDecoder : public RowDecoder {
                     zp ? zp + goff : nullptr, spec_, byte_memo(memo_), out);
     return true;
   }
-  // 0.12 act-order (`weight_g_idx`, pack- and naive-quantized): column j uses scale column
-  // g_idx[j]; a -1 anywhere means plain order (0.12 forward.py `_process_quantization`). Empty:
-  // plain order. Every other entry must index a scale column.
-  static std::vector<int32_t> act_order(const Checkpoint::Impl& ck, const TensorInfo& t, const format::Geometry& g) {
-    const TensorPart* gi = t.part("weight_g_idx");
-    if (!gi) return {};
-    assert(gi->nbytes == g.cols * 4);  // format table: cols_vector of I32
-    std::vector<int32_t> idx(g.cols);
-    ck.file_of(*gi).read_at(gi->offset, std::as_writable_bytes(std::span<int32_t>(idx)));
-    if (std::find(idx.begin(), idx.end(), -1) != idx.end()) return {};
-    for (int32_t v : idx)
-      if (v < 0 || static_cast<uint64_t>(v) >= g.scale.cols)
-        fail(ck, t, ErrorKind::corrupt_tensor, "weight_g_idx entry " + std::to_string(v) + " is not a group index");
-    return idx;
-  }
   // n f32 values of row r starting at a column whose scale entry is `goff`.
   void dequant(uint64_t r, const float* x, uint64_t n, uint64_t goff, const int32_t* gidx, std::byte* out) const {
     thread_local ReadWindow ss;
@@ -243,12 +221,12 @@ class ScaledDecoder : public RowDecoder {
 
 class PackedIntDecoder final : public ScaledDecoder {
  public:
-  PackedIntDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
-      : ScaledDecoder(ck, t, out, g, "weight_packed"),
-        bits_(t.quant.num_bits),
-        dense_(!t.quant.legacy_packing),
-        row_bytes_(g.row_bytes),
-        gidx_(act_order(ck, t, g)) {}
+  PackedIntDecoder(const Checkpoint::Impl& ck, const DecodePlan& plan, DType out)
+      : ScaledDecoder(ck, plan, out),
+        bits_(plan.geo.quant.num_bits),
+        dense_(!plan.geo.quant.legacy_packing),
+        row_bytes_(plan.geo.row_bytes),
+        gidx_(load_act_order(ck, plan)) {}
   void row(uint64_t r, std::byte* out) const override {
     // int4: the nibble order of the int32 packing on a little-endian host is the fp4 one.
     if (fused() && nibbles(r, r * row_bytes_, 0, cols_, kInt4Lut.data(), out)) return;
@@ -274,8 +252,8 @@ class PackedIntDecoder final : public ScaledDecoder {
 // naive / int / float / mxfp8: values stored unpacked (I8 two's complement or F8_E4M3).
 class NaiveDecoder final : public ScaledDecoder {
  public:
-  NaiveDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
-      : ScaledDecoder(ck, t, out, g, "weight"), gidx_(act_order(ck, t, g)) {
+  NaiveDecoder(const Checkpoint::Impl& ck, const DecodePlan& plan, DType out)
+      : ScaledDecoder(ck, plan, out), gidx_(load_act_order(ck, plan)) {
     assert(main_.dtype == DType::I8 || main_.dtype == DType::F8_E4M3);  // format table
   }
   void row(uint64_t r, std::byte* out) const override { window(r, 0, cols_, 0, out); }
@@ -309,8 +287,7 @@ class NaiveDecoder final : public ScaledDecoder {
 // nvfp4 / mxfp4: E2M1 nibbles, row-major, even column in the low nibble (nvfp4/helpers.py).
 class Fp4Decoder final : public ScaledDecoder {
  public:
-  Fp4Decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
-      : ScaledDecoder(ck, t, out, g, "weight_packed") {}
+  Fp4Decoder(const Checkpoint::Impl& ck, const DecodePlan& plan, DType out) : ScaledDecoder(ck, plan, out) {}
   void row(uint64_t r, std::byte* out) const override { nibbles(r, r * cols_ / 2, 0, cols_, e2m1_lut().data(), out); }
   bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
     return nibbles(r, r * cols_ / 2, c0, c1, e2m1_lut().data(), out);
@@ -320,8 +297,7 @@ class Fp4Decoder final : public ScaledDecoder {
 // mxfp6: every 3 bytes hold 4 E2M3 codes, code j = (b0 | b1<<8 | b2<<16) >> 6j (mxfp6/helpers.py).
 class Fp6Decoder final : public ScaledDecoder {
  public:
-  Fp6Decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
-      : ScaledDecoder(ck, t, out, g, "weight_packed") {}
+  Fp6Decoder(const Checkpoint::Impl& ck, const DecodePlan& plan, DType out) : ScaledDecoder(ck, plan, out) {}
   void row(uint64_t r, std::byte* out) const override {
     thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
@@ -338,75 +314,37 @@ class Fp6Decoder final : public ScaledDecoder {
 // LSB-first mask bit per element; optionally the values are quantized (stacked formats).
 class SparseDecoder final : public RowDecoder {
  public:
-  SparseDecoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out, const format::Geometry& g)
+  SparseDecoder(const Checkpoint::Impl& ck, const DecodePlan& plan, DType out)
       : ck_(ck),
-        t_(t),
-        values_(need_part(ck, t, "compressed")),
-        mask_(need_part(ck, t, "bitmask")),
-        cols_(g.cols),
-        out_(out),
+        t_(*plan.t),
+        values_(need_part(ck, plan, Role::compressed)),
+        cols_(plan.geo.cols),
         vsz_(dtype_bits(values_.dtype) / 8),
-        mbytes_((g.cols + 7) / 8) {
-    const uint64_t rows = g.rows, cols = g.cols;
-    assert(vsz_ >= 1 && mask_.nbytes == rows * mbytes_);  // format table
-    if (!t.quantized && values_.dtype != out && !(is_float_output(values_.dtype) && is_float_output(out)))
-      fail(ck, t, ErrorKind::unsupported,
-           "cannot convert " + std::string(dtype_name(values_.dtype)) + " values to " + std::string(dtype_name(out)));
-    // Prefix sums of per-row popcounts: where each row's values start. They must add up to the
-    // stored value count, agree with row_offsets when present, and be 2 per 4 for 2:4. The mask
-    // is copied with a positional read (a file truncated since open is an error, not SIGBUS).
-    mask_copy_.resize(mask_.nbytes);
-    ck.file_of(mask_).read_at(mask_.offset, mask_copy_);
-    start_.resize(rows + 1);
-    const auto* mb = reinterpret_cast<const uint8_t*>(mask_copy_.data());
-    for (uint64_t r = 0; r < rows; ++r) {
-      if (!codecs::bitmask_padding_clear(mb + r * mbytes_, cols))
-        fail(ck, t, ErrorKind::corrupt_tensor,
-             "bitmask row " + std::to_string(r) + " has bits set past column " + std::to_string(cols));
-      const uint64_t n = codecs::bitmask_row_popcount(mb + r * mbytes_, cols);
-      if (t.format == Format::sparse_24_bitmask && n != cols / 2)
-        fail(ck, t, ErrorKind::corrupt_tensor,
-             "2:4 bitmask row " + std::to_string(r) + " keeps " + std::to_string(n) + " values, not " +
-                 std::to_string(cols / 2));
-      start_[r + 1] = start_[r] + n;
-    }
-    const uint64_t stored = values_.nbytes / vsz_;
-    if (start_[rows] != stored)
-      fail(ck, t, ErrorKind::corrupt_tensor,
-           "bitmask has " + std::to_string(start_[rows]) + " set bits but " + std::to_string(stored) +
-               " values are stored");
-    if (const TensorPart* ro = t.part("row_offsets")) {
-      std::vector<std::byte> raw(ro->nbytes);
-      ck.file_of(*ro).read_at(ro->offset, raw);
-      for (uint64_t r = 0; r < rows; ++r) {
-        int64_t v;
-        std::memcpy(&v, raw.data() + 8 * r, 8);
-        if (v < 0 || static_cast<uint64_t>(v) != start_[r])
-          fail(ck, t, ErrorKind::corrupt_tensor,
-               "row_offsets[" + std::to_string(r) + "] = " + std::to_string(v) + " but the bitmask puts that row at " +
-                   std::to_string(start_[r]));
-      }
-    }
+        mbytes_((plan.geo.cols + 7) / 8),
+        index_(load_sparse_index(ck, plan)),
+        spec_(plan.dequant(out)),
+        memo_(plan.rows_repeat_scales) {
     expand_ = k_.bitmask_expand(static_cast<unsigned>(vsz_));
     if (!expand_)
-      fail(ck, t, ErrorKind::unsupported, "sparse values of dtype " + std::string(dtype_name(values_.dtype)));
-    if (t.quantized) scales_ = std::make_unique<Scales>(ck, t, g);
+      fail(ck, t_, ErrorKind::unsupported, "sparse values of dtype " + std::string(dtype_name(values_.dtype)));
+    if (t_.quantized) scales_ = std::make_unique<Scales>(ck, plan);
     // The values are read in place from the mapping (mmap mode): guarded once here, before the
     // first row touches it.
     if (ck.file_of(values_).mode() == io::Mode::mmap) {
       ck.guard(values_);
       values_view_ = ck.file_of(values_).view(values_.offset, values_.nbytes);
     }
-    if (!t.quantized && values_.dtype != out) convert_ = k_.convert(values_.dtype, out);
+    if (!t_.quantized && values_.dtype != out) convert_ = k_.convert(values_.dtype, out);
   }
   void row(uint64_t r, std::byte* out) const override {
     thread_local ReadWindow sv, ss;
     thread_local std::vector<std::byte> dense;
     thread_local std::vector<float> sf, xf;
-    const uint64_t n = start_[r + 1] - start_[r];
-    const std::span<const std::byte> v = values_view_.empty() ? ck_.bytes(values_, start_[r] * vsz_, n * vsz_, sv)
-                                                              : values_view_.subspan(start_[r] * vsz_, n * vsz_);
-    const auto* mask = reinterpret_cast<const uint8_t*>(mask_copy_.data()) + r * mbytes_;
+    const std::vector<uint64_t>& start = index_.start;
+    const uint64_t n = start[r + 1] - start[r];
+    const std::span<const std::byte> v = values_view_.empty() ? ck_.bytes(values_, start[r] * vsz_, n * vsz_, sv)
+                                                              : values_view_.subspan(start[r] * vsz_, n * vsz_);
+    const auto* mask = reinterpret_cast<const uint8_t*>(index_.mask.data()) + r * mbytes_;
     if (!t_.quantized && !convert_) {
       expand_(mask, v.data(), cols_, out);
       return;
@@ -417,29 +355,27 @@ class SparseDecoder final : public RowDecoder {
       convert_(dense.data(), out, cols_);
       return;
     }
-    const DequantSpec spec = spec_for(t_, out_, scales_->group_size());
     const float* zp = scales_->zp_row(r);
-    if (const auto code = fused_byte_code(values_.dtype, zp, spec)) {
-      k_.dequant_byte(reinterpret_cast<const uint8_t*>(dense.data()), cols_, *code, scales_->row(r, sf, ss), zp, spec,
-                      byte_memo(rows_repeat_scales(t_)), out);
+    if (const auto code = fused_byte_code(values_.dtype, zp, spec_)) {
+      k_.dequant_byte(reinterpret_cast<const uint8_t*>(dense.data()), cols_, *code, scales_->row(r, sf, ss), zp, spec_,
+                      byte_memo(memo_), out);
       return;
     }
     xf.resize(cols_);
     NaiveDecoder::values_to_f32(values_.dtype, dense.data(), cols_, xf.data());
-    codecs::dequant_f32_row(xf.data(), cols_, scales_->row(r, sf, ss), zp, nullptr, spec, k_.isa, out);
+    codecs::dequant_f32_row(xf.data(), cols_, scales_->row(r, sf, ss), zp, nullptr, spec_, k_.isa, out);
   }
 
  private:
   const Checkpoint::Impl& ck_;
   const TensorInfo& t_;
   const TensorPart& values_;
-  const TensorPart& mask_;
   uint64_t cols_;
-  DType out_;
   uint64_t vsz_, mbytes_;
-  std::vector<std::byte> mask_copy_;
+  SparseIndex index_;
+  DequantSpec spec_;  // quantized values
+  bool memo_;         // rows repeat their scales: offer the 8-bit kernel a table memo
   std::span<const std::byte> values_view_;  // mmap mode: the guarded mapping of the values
-  std::vector<uint64_t> start_;
   const codecs::Kernels& k_ = codecs::active_kernels();  // taken once per tensor
   codecs::BitmaskExpandFn expand_ = nullptr;
   codecs::ConvertFn convert_ = nullptr;
@@ -448,30 +384,63 @@ class SparseDecoder final : public RowDecoder {
 
 }  // namespace
 
-std::unique_ptr<RowDecoder> make_decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out) {
-  if (t.quantized && !is_float_output(out))
-    fail(ck, t, ErrorKind::unsupported,
-         "a quantized weight decodes to BF16, F16 or F32, not " + std::string(dtype_name(out)) + "; use read_part()");
-  const format::Geometry g = format::geometry(t);
-  switch (t.format) {
-    case Format::sparse_bitmask:
-    case Format::sparse_24_bitmask: return std::make_unique<SparseDecoder>(ck, t, out, g);
-    case Format::pack_quantized: return std::make_unique<PackedIntDecoder>(ck, t, out, g);
-    case Format::naive_quantized:
-    case Format::int_quantized:
-    case Format::float_quantized:
-    case Format::mxfp8_quantized: return std::make_unique<NaiveDecoder>(ck, t, out, g);
-    case Format::nvfp4_pack_quantized:
-    case Format::mxfp4_pack_quantized: return std::make_unique<Fp4Decoder>(ck, t, out, g);
-    case Format::mxfp6_pack_quantized: return std::make_unique<Fp6Decoder>(ck, t, out, g);
-    case Format::marlin_24:
-      fail(ck, t, ErrorKind::unsupported,
-           "marlin-24 stores Marlin GPU tiles; compressed-tensors itself cannot decompress it. "
-           "Use part_view()/read_part() to pass the packed parts to a Marlin kernel");
-    case Format::dense:
-    case Format::low_rank: break;  // decode_dense / decode_low_rank
+SparseIndex load_sparse_index(const Checkpoint::Impl& ck, const DecodePlan& plan) {
+  // Prefix sums of per-row popcounts: where each row's values start. They must add up to the
+  // stored value count, agree with row_offsets when present, and be 2 per 4 for 2:4. The mask
+  // is copied with a positional read (a file truncated since open is an error, not SIGBUS).
+  const TensorInfo& t = *plan.t;
+  const TensorPart& values = need_part(ck, plan, Role::compressed);
+  const TensorPart& mask = need_part(ck, plan, Role::bitmask);
+  const uint64_t rows = plan.geo.rows, cols = plan.geo.cols, mbytes = (cols + 7) / 8;
+  const uint64_t vsz = dtype_bits(values.dtype) / 8;
+  assert(vsz >= 1 && mask.nbytes == rows * mbytes);  // format table
+  SparseIndex ix;
+  ix.mask.resize(mask.nbytes);
+  ck.file_of(mask).read_at(mask.offset, ix.mask);
+  ix.start.resize(rows + 1);
+  const auto* mb = reinterpret_cast<const uint8_t*>(ix.mask.data());
+  for (uint64_t r = 0; r < rows; ++r) {
+    if (!codecs::bitmask_padding_clear(mb + r * mbytes, cols))
+      fail(ck, t, ErrorKind::corrupt_tensor,
+           "bitmask row " + std::to_string(r) + " has bits set past column " + std::to_string(cols));
+    const uint64_t n = codecs::bitmask_row_popcount(mb + r * mbytes, cols);
+    if (t.format == Format::sparse_24_bitmask && n != cols / 2)
+      fail(ck, t, ErrorKind::corrupt_tensor,
+           "2:4 bitmask row " + std::to_string(r) + " keeps " + std::to_string(n) + " values, not " +
+               std::to_string(cols / 2));
+    ix.start[r + 1] = ix.start[r] + n;
   }
-  fail(ck, t, ErrorKind::unsupported, "no decoder for format " + std::string(format_name(t.format)));
+  const uint64_t stored = values.nbytes / vsz;
+  if (ix.start[rows] != stored)
+    fail(ck, t, ErrorKind::corrupt_tensor,
+         "bitmask has " + std::to_string(ix.start[rows]) + " set bits but " + std::to_string(stored) +
+             " values are stored");
+  if (const TensorPart* ro = plan.part(Role::row_offsets)) {
+    std::vector<std::byte> raw(ro->nbytes);
+    ck.file_of(*ro).read_at(ro->offset, raw);
+    for (uint64_t r = 0; r < rows; ++r) {
+      int64_t v;
+      std::memcpy(&v, raw.data() + 8 * r, 8);
+      if (v < 0 || static_cast<uint64_t>(v) != ix.start[r])
+        fail(ck, t, ErrorKind::corrupt_tensor,
+             "row_offsets[" + std::to_string(r) + "] = " + std::to_string(v) + " but the bitmask puts that row at " +
+                 std::to_string(ix.start[r]));
+    }
+  }
+  return ix;
+}
+
+std::unique_ptr<RowDecoder> make_decoder(const Checkpoint::Impl& ck, const DecodePlan& plan, DType out) {
+  switch (plan.codes) {
+    case format::Codes::sparse: return std::make_unique<SparseDecoder>(ck, plan, out);
+    case format::Codes::packed_int: return std::make_unique<PackedIntDecoder>(ck, plan, out);
+    case format::Codes::byte: return std::make_unique<NaiveDecoder>(ck, plan, out);
+    case format::Codes::e2m1: return std::make_unique<Fp4Decoder>(ck, plan, out);
+    case format::Codes::e2m3: return std::make_unique<Fp6Decoder>(ck, plan, out);
+    case format::Codes::marlin: fail(ck, *plan.t, ErrorKind::unsupported, plan.refusal(out, false));
+    case format::Codes::none: break;  // decode_dense / decode_low_rank
+  }
+  fail(ck, *plan.t, ErrorKind::unsupported, "no decoder for format " + std::string(format_name(plan.t->format)));
 }
 
 }  // namespace ctstream::reader

@@ -44,29 +44,17 @@ uint64_t decode_widened(const Checkpoint::Impl& ck, const TensorInfo& t, std::sp
 
 }  // namespace
 
-uint64_t decode_dense(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
+uint64_t decode_dense(const Checkpoint::Impl& ck, const DecodePlan& plan, std::span<std::byte> out, DType out_dtype,
                       const SliceGeom& g) {
-  const TensorPart& p = t.parts.front();
+  const TensorInfo& t = *plan.t;
+  if (!plan.main) fail(ck, t, ErrorKind::invalid_argument, "tensor has no stored part");
+  const TensorPart& p = *plan.main;
   const DType src = p.dtype;
   const bool convert = src != out_dtype;
-  // F64, the F8 variants and F4 are widened to f32 first (codecs::widen_to_f32), then rounded.
+  // F64, the F8 variants and F4 are widened to f32 first (codecs::widen_to_f32), then rounded;
+  // plan.refusal() refused every other conversion.
   const bool widen = convert && is_float(src) && !is_float_output(src);
-  if (convert && !is_float_output(out_dtype))
-    fail(ck, t, ErrorKind::unsupported,
-         "cannot convert " + std::string(dtype_name(src)) + " to " + std::string(dtype_name(out_dtype)) +
-             " (floating tensors convert to F32, F16 or BF16; other dtypes are copied as stored)");
-  if (convert && !is_float(src))
-    fail(ck, t, ErrorKind::unsupported,
-         "cannot convert " + std::string(dtype_name(src)) + " to " + std::string(dtype_name(out_dtype)) +
-             " (only floating tensors convert; integer and bool tensors are copied as stored)");
-  if (widen && (src == DType::F6_E2M3 || src == DType::F6_E3M2))
-    fail(ck, t, ErrorKind::unsupported,
-         "cannot convert " + std::string(dtype_name(src)) +
-             ": safetensors defines no element order for 6-bit values (read it as stored, without a dtype)");
   const unsigned src_bits = dtype_bits(src);
-  const bool sliced = g.len != g.dim || g.outer != 1 || g.inner != 1;
-  if (src_bits % 8 != 0 && sliced && !widen)
-    fail(ck, t, ErrorKind::unsupported, "slicing a sub-byte " + std::string(dtype_name(src)) + " tensor (as stored)");
   const uint64_t need = require_output(ck, t, out, out_dtype, g);
   if (need == 0) return 0;
   ck.guard(p);

@@ -14,6 +14,7 @@
 
 #include "ctstream/checkpoint.hpp"
 #include "io/file.hpp"
+#include "reader/decode_plan.hpp"
 
 namespace ctstream {
 
@@ -41,6 +42,17 @@ struct Checkpoint::Impl {
   ConfigInfo config_info;
   std::vector<TensorInfo> tensors;
   std::unordered_map<std::string, size_t> by_name;
+  std::vector<reader::DecodePlan> plans;  // plans[i]: tensors[i]'s, built at open
+
+  /// The decode plan of `t`: the cached one for a tensor of this checkpoint, else one built into
+  /// `own` (a TensorInfo copied out, a low-rank weight's factor).
+  const reader::DecodePlan& plan(const TensorInfo& t, reader::DecodePlan& own) const {
+    const std::less<const TensorInfo*> before;
+    if (!tensors.empty() && !before(&t, tensors.data()) && before(&t, tensors.data() + tensors.size()))
+      return plans[static_cast<size_t>(&t - tensors.data())];
+    own = reader::make_plan(t);
+    return own;
+  }
 
   const io::File& file_of(const TensorPart& p) const {
     if (p.file >= files.size())
@@ -79,6 +91,7 @@ struct SliceGeom {
   uint64_t outer = 1, dim = 1, inner = 1;  ///< full sizes
   uint64_t start = 0, len = 1;             ///< selected range of `dim`
   uint64_t out_elems() const { return outer * len * inner; }
+  bool sliced() const { return len != dim || outer != 1 || inner != 1; }
 };
 SliceGeom slice_geometry(const Checkpoint::Impl& ck, const TensorInfo& t, const std::optional<Slice>& s);
 
@@ -100,8 +113,33 @@ uint64_t decode(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::
 uint64_t decode_low_rank(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                          const SliceGeom& g, const std::optional<Slice>& slice);
 
-uint64_t decode_dense(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
+/// Format::dense (plan.refusal() checked by the caller).
+uint64_t decode_dense(const Checkpoint::Impl& ck, const DecodePlan& plan, std::span<std::byte> out, DType out_dtype,
                       const SliceGeom& g);
+
+/// Checkpoint::validate's body: every check of the stored data a decode runs, without decoding.
+void validate(const Checkpoint::Impl& ck, const TensorInfo& t);
+
+class RowDecoder;
+
+/// Checkpoint::decode_chunked's decodes: one tensor decoded in many calls (slices of dim 0)
+/// with one plan and, for the row-decoded formats, one decoder: the data it loads (a sparse
+/// mask's popcounts, zero points, act-order indices) is read and checked once, not per chunk.
+class ChunkedDecode {
+ public:
+  /// Refuses `out_dtype` and checks the stored data (what Checkpoint::validate checks).
+  ChunkedDecode(const Checkpoint::Impl& ck, const TensorInfo& t, DType out_dtype);
+  ~ChunkedDecode();
+  uint64_t decode(std::span<std::byte> out, const std::optional<Slice>& slice) const;
+
+ private:
+  const Checkpoint::Impl& ck_;
+  const TensorInfo& t_;
+  DType out_;
+  DecodePlan own_;
+  const DecodePlan& plan_;
+  std::unique_ptr<RowDecoder> dec_;  // row-decoded formats
+};
 
 [[noreturn]] void fail(const Checkpoint::Impl& ck, const TensorInfo& t, ErrorKind kind, const std::string& msg);
 /// The file a tensor's main part lives in ("" when unknown), for error messages.

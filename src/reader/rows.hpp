@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "reader/internal.hpp"
 
@@ -28,8 +29,17 @@ class RowDecoder {
 uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                   const SliceGeom& g, const std::optional<Slice>& slice, const RowDecoder& dec);
 
+/// A sparse tensor's mask (copied out of the file) and where each row's values start, checked
+/// against the stored value count, row_offsets and the 2:4 rule. Error{corrupt_tensor} otherwise.
+struct SparseIndex {
+  std::vector<std::byte> mask;
+  std::vector<uint64_t> start;  ///< rows + 1 prefix sums of the rows' popcounts
+};
+SparseIndex load_sparse_index(const Checkpoint::Impl& ck, const DecodePlan& plan);
+
 /// Builds the decoder for a compressed tensor (validating the data it needs up front:
-/// bitmask popcounts, zero points, g_idx). Throws Error{corrupt_tensor / unsupported}.
-std::unique_ptr<RowDecoder> make_decoder(const Checkpoint::Impl& ck, const TensorInfo& t, DType out_dtype);
+/// bitmask popcounts, zero points, g_idx). Throws Error{corrupt_tensor / unsupported}; the
+/// caller has checked plan.refusal(out_dtype).
+std::unique_ptr<RowDecoder> make_decoder(const Checkpoint::Impl& ck, const DecodePlan& plan, DType out_dtype);
 
 }  // namespace ctstream::reader

@@ -15,6 +15,11 @@ OUT_DIR/
                    checkpoints without quantization_config
   lowrank/         `ctstream compress dense --format low-rank --rank 32` (ptdeco layout)
   lowrank_dense/   its original-architecture weights (`ctstream decompress`) as a plain checkpoint
+  moe_dense/       a tiny Qwen3-MoE (4 experts, top-2, hidden 64, expert intermediate 32; random
+                   weights, seed 0), bf16, as transformers' save_pretrained writes it
+  moe_int4/        moe_dense quantized W4A16 asymmetric (int4 + zero points, group 32) by the
+                   compressed-tensors library itself (model path; see moe_w4a16_asym), pack-quantized
+  moe_int4_lib/    the library's decompression of moe_int4, as a plain bf16 checkpoint
 """
 import json
 import os
@@ -94,6 +99,92 @@ def library_decompression(src, dst):
             shutil.copy(os.path.join(src, f), dst)
 
 
+def moe_w4a16_asym(dense_dir, dst):
+    """A tiny Qwen3-MoE quantized W4A16 asymmetric by compressed-tensors' model path.
+
+    Layout: vLLM 0.32 loads compressed-tensors MoE experts only under per-expert 2-D names
+    (`mlp.experts.{e}.gate_proj.weight_packed`, ...): RoutedExperts.load_weights
+    (vllm/model_executor/layers/fused_moe/routed_experts.py:981) maps `experts.{e}.{proj}.` to the
+    layer's `w13_`/`w2_` parameters (make_expert_params_mapping, routed_experts.py:1251-1266), which
+    CompressedTensorsWNA16MoEMethod.create_weights registers as w13_weight_packed /
+    w13_weight_scale / w13_weight_zero_point / w13_weight_shape (compressed_tensors_moe_wna16.py:
+    170-360); the fused entries (routed_experts.py:1229) map only a whole `experts.gate_up_proj`
+    tensor to `w13_weight`, so a fused 3-D `experts.gate_up_proj.weight_packed` has no parameter.
+    transformers 5 saves Qwen3-MoE's 3-D experts under those same per-expert names.
+
+    Quantization: transformers 5 holds the experts as one Qwen3MoeExperts module with 3-D
+    parameters, which compressed-tensors 0.17 cannot quantize (initialize_module_for_quantization
+    takes only Linear / Embedding: compressed_tensors/quantization/lifecycle/initialize.py:76, else
+    ValueError). So the experts are replaced by per-expert nn.Linear modules holding the weights
+    transformers saved, and then the whole model goes through the library: apply_quantization_config
+    -> min/max per group -> calculate_qparams -> ModelCompressor.compress_model -> update_config.
+    """
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import (QuantizationArgs, QuantizationConfig, QuantizationScheme,
+                                                 apply_quantization_config)
+    from compressed_tensors.quantization.utils import calculate_qparams
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    # sizes: vLLM's WNA16 MoE needs hidden and expert intermediate sizes divisible by the group
+    # size, and 2 * intermediate and hidden divisible by 8 for packed zero points
+    # (compressed_tensors_moe_wna16.py:238-278); its CPU int4 Linear needs multiples of 32
+    # (vllm/model_executor/kernels/linear/mixed_precision/cpu.py:45-57).
+    cfg = Qwen3MoeConfig(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=32, num_experts=4,
+                         num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                         vocab_size=512, max_position_embeddings=256, tie_word_embeddings=False,
+                         torch_dtype="bfloat16")
+    torch.manual_seed(0)
+    m = Qwen3MoeForCausalLM(cfg).to(torch.bfloat16)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() >= 2:  # experts, attention, router, embeddings
+                p.normal_(0, 0.5 if ("embed" in name or "lm_head" in name) else 0.05)
+    m.save_pretrained(dense_dir, safe_serialization=True)
+    saved = load_file(os.path.join(dense_dir, "model.safetensors"))
+    for i, layer in enumerate(m.model.layers):
+        experts = torch.nn.ModuleList()
+        for e in range(cfg.num_experts):
+            ex = torch.nn.Module()
+            for proj in ("gate_proj", "up_proj", "down_proj"):
+                w = saved[f"model.layers.{i}.mlp.experts.{e}.{proj}.weight"]
+                lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=w.dtype)
+                with torch.no_grad():
+                    lin.weight.copy_(w)
+                ex.add_module(proj, lin)
+            experts.append(ex)
+        layer.mlp.experts = experts
+    args = QuantizationArgs(num_bits=4, type="int", symmetric=False, strategy="group", group_size=32)
+    # The router (vLLM: GateLinear, a ReplicatedLinear, would match "Linear") and lm_head stay dense.
+    ignore = ["lm_head", "re:.*mlp[.]gate$"]
+    qc = QuantizationConfig(config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=args)},
+                            ignore=ignore)
+    apply_quantization_config(m, qc)
+    with torch.no_grad():
+        for mod in m.modules():
+            if getattr(mod, "quantization_scheme", None) is None:
+                continue
+            w = mod.weight.float().unflatten(-1, (-1, args.group_size))  # min/max observer, per group
+            scale, zp = calculate_qparams(w.amin(-1), w.amax(-1), args)
+            mod.weight_scale.copy_(scale)
+            mod.weight_zero_point.copy_(zp)
+    comp = ModelCompressor.from_pretrained_model(m, quantization_format="pack-quantized")
+    comp.compress_model(m)
+    # from_pretrained_model rebuilds `ignore` from the model's Linear modules: the transformers
+    # router is no Linear, so it would be left out
+    comp.quantization_config.ignore = ignore
+    os.makedirs(dst, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in m.state_dict().items()}, os.path.join(dst, "model.safetensors"),
+              metadata={"format": "pt"})
+    for f in os.listdir(dense_dir):
+        if f.endswith(".json"):
+            shutil.copy(os.path.join(dense_dir, f), dst)
+    comp.update_config(dst)
+    sd = load_file(os.path.join(dst, "model.safetensors"))
+    assert "model.layers.0.mlp.experts.3.down_proj.weight_zero_point" in sd, sorted(sd)[:20]
+    assert "model.layers.0.mlp.gate.weight" in sd and "lm_head.weight" in sd
+
+
 os.makedirs(OUT, exist_ok=True)
 dense = os.path.join(OUT, "dense")
 tiny_llama(dense)
@@ -112,4 +203,6 @@ compress(dense, lowrank, "--format", "low-rank", "--rank", "32")
 shutil.copytree(lowrank, os.path.join(OUT, "lowrank_dense"), ignore=shutil.ignore_patterns("*.safetensors", "decompose_config.json"))
 subprocess.run([CLI, "decompress", lowrank, os.path.join(OUT, "lowrank_dense", "model.safetensors"), "--quiet"],
                check=True)
+moe_w4a16_asym(os.path.join(OUT, "moe_dense"), os.path.join(OUT, "moe_int4"))
+library_decompression(os.path.join(OUT, "moe_int4"), os.path.join(OUT, "moe_int4_lib"))
 print("models written to", OUT)
