@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "core/text.hpp"
 #include "ctstream/error.hpp"
 #include "io/file.hpp"
 
@@ -14,11 +15,7 @@ namespace {
 
 constexpr std::string_view blanks = " \t\r\f\v";
 
-std::string_view trim(std::string_view s) noexcept {
-  const size_t b = s.find_first_not_of(blanks);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(blanks) - b + 1);
-}
+std::string_view trim(std::string_view s) noexcept { return detail::trim(s, blanks); }
 
 std::string lower(std::string_view s) {
   std::string r(s);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/text.hpp"
 #include "io/url.hpp"
 
 namespace ctstream::io::http {
@@ -12,11 +13,7 @@ namespace {
 
 constexpr std::string_view blanks = " \t";
 
-std::string_view trim(std::string_view s) noexcept {
-  const size_t b = s.find_first_not_of(blanks);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(blanks) - b + 1);
-}
+std::string_view trim(std::string_view s) noexcept { return detail::trim(s, blanks); }
 
 bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
 char lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
