@@ -1,10 +1,17 @@
 // Kernel benchmarks: each codec's output bandwidth next to memcpy / memset of the same output
 // bytes, in the same binary and run, on 1 and 2 threads, for every ISA this CPU supports.
 // Run: build/bin/ctstream_bench_kernels [--benchmark_filter=...]
+// After the usual table it prints each kernel's memory roofline ratio: the bytes it reads
+// (compressed input as stored: codes, scales in their 16-bit storage dtype, zero points, masks)
+// plus the bytes it writes, per second, over memset's bytes per second on the same output size
+// and thread count in the same run (RooflineReporter). 1.0 = the kernel moves its bytes as fast
+// as this machine writes memory; include BM_memset in the filter to get the ratios.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,6 +41,14 @@ void split(int threads, size_t n, F&& fn) {
   }
 }
 
+// What one iteration moves: read from the compressed input, written to the output. The
+// RooflineReporter reads these counters.
+void traffic(benchmark::State& st, double read, double written, int threads) {
+  st.counters["read_B"] = read;
+  st.counters["written_B"] = written;
+  st.counters["threads"] = threads;
+}
+
 std::vector<std::byte> random_floats(DType d, size_t n) {
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.f, 0.02f);
@@ -58,6 +73,7 @@ void BM_memcpy(benchmark::State& st) {
     benchmark::DoNotOptimize(dst.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * bytes));
+  traffic(st, static_cast<double>(bytes), static_cast<double>(bytes), threads);
 }
 
 void BM_memset(benchmark::State& st) {
@@ -69,6 +85,7 @@ void BM_memset(benchmark::State& st) {
     benchmark::DoNotOptimize(dst.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * bytes));
+  traffic(st, 0, static_cast<double>(bytes), threads);
 }
 
 void BM_convert(benchmark::State& st, DType src, DType dst, Isa isa) {
@@ -82,6 +99,7 @@ void BM_convert(benchmark::State& st, DType src, DType dst, Isa isa) {
     benchmark::DoNotOptimize(out.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * out.size()));  // output bytes
+  traffic(st, static_cast<double>(in.size()), static_cast<double>(out.size()), threads);
   st.SetLabel(codecs::isa_name(isa));
 }
 
@@ -112,6 +130,9 @@ void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_z
     benchmark::DoNotOptimize(out.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * out.size()));  // output bytes
+  // As stored: 16-bit scales, 4-bit packed zero points.
+  traffic(st, static_cast<double>(packed.size() + scale.size() * 2 + zp.size() / 2), static_cast<double>(out.size()),
+          threads);
   st.SetLabel(codecs::isa_name(isa));
 }
 
@@ -145,6 +166,9 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
     benchmark::DoNotOptimize(out.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * out.size()));  // output bytes
+  // As stored: one bf16 scale per group (block scales: one per block_rows rows).
+  const size_t stored_scales = (block_rows > 1 ? (rows + block_rows - 1) / block_rows : rows) * groups;
+  traffic(st, static_cast<double>(codes.size() + stored_scales * 2), static_cast<double>(out.size()), threads);
   st.SetLabel(codecs::isa_name(isa));
 }
 
@@ -170,6 +194,7 @@ void BM_bitmask_bf16(benchmark::State& st, Isa isa) {
     benchmark::DoNotOptimize(out.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * out.size()));  // output bytes
+  traffic(st, static_cast<double>(mask.size() + values.size()), static_cast<double>(out.size()), threads);
   st.SetLabel(codecs::isa_name(isa));
 }
 
@@ -238,13 +263,56 @@ void register_kernels() {
   }
 }
 
+// The console table, then each kernel's roofline ratio against memset of its output size and
+// thread count from the same run (the median where --benchmark_repetitions gives aggregates).
+class RooflineReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      if (r.error_occurred || !r.counters.count("written_B")) continue;
+      if (r.run_type == Run::RT_Aggregate ? r.aggregate_name != "median" : r.repetitions > 1) continue;
+      const double secs = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
+      rows_.push_back({r.run_name.function_name, r.counters.at("read_B").value, r.counters.at("written_B").value,
+                       static_cast<int>(r.counters.at("threads").value), secs});
+    }
+  }
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    std::map<std::pair<double, int>, double> memset_bw;  // (output bytes, threads) -> bytes / s
+    for (const Row& r : rows_)
+      if (r.name == "BM_memset") memset_bw[{r.written, r.threads}] = r.written / r.secs;
+    std::printf("\nroofline: (bytes read + written) / s over memset's bytes / s, same output size and threads\n");
+    std::printf("%-58s %3s %8s %8s %9s %9s %6s\n", "kernel", "thr", "out MiB", "traffic", "GB/s", "memset", "ratio");
+    for (const Row& r : rows_) {
+      if (r.name == "BM_memset" || r.name == "BM_memcpy") continue;
+      const auto m = memset_bw.find({r.written, r.threads});
+      const double bw = (r.read + r.written) / r.secs;
+      std::printf("%-58s %3d %8.0f %8.3f %9.1f %9s %6s\n", r.name.c_str(), r.threads, r.written / (1 << 20),
+                  (r.read + r.written) / r.written, bw / 1e9,
+                  m == memset_bw.end() ? "-" : std::to_string(m->second / 1e9).substr(0, 5).c_str(),
+                  m == memset_bw.end() ? "-" : std::to_string(bw / m->second).substr(0, 4).c_str());
+    }
+  }
+
+ private:
+  struct Row {
+    std::string name;
+    double read, written;
+    int threads;
+    double secs;
+  };
+  std::vector<Row> rows_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   register_kernels();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
+  RooflineReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;
 }
