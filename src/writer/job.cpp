@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "codecs/encode.hpp"
 #include "codecs/half.hpp"
 #include "core/boundary.hpp"
 #include "core/paths.hpp"
@@ -253,8 +254,8 @@ void Job::scan() {
 std::string Job::config_text() const {
   format::CompressionSection s;
   s.format = r_.format;
-  s.weights = r_.quant();
-  s.fp8_scale = r_.args.fp8_scale;
+  s.weights = r_.args;
+  s.fp8_scale = has_fp8_scale(r_.args);
   s.input_activations = r_.activations;
   s.targets = o_.targets;
   s.ignore = plan_.config_ignore;
@@ -364,7 +365,7 @@ void Job::write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr) {
           v[i] = c;
         }
       }
-      store(v.data(), n, it.work, outb.data());
+      codecs::store_floats(v.data(), n, it.work, outb.data());
     } else {
       src_.read(it.index, r0, r1, outb, it.work);
     }

@@ -67,18 +67,6 @@ namespace ctstream::writer {
 
 bool is_sparse_format(Format f) { return f == Format::sparse_bitmask || f == Format::sparse_24_bitmask; }
 
-QuantArgs Resolved::quant() const {
-  QuantArgs q;
-  q.num_bits = args.num_bits;
-  q.type = args.type;
-  q.strategy = args.strategy;
-  q.symmetric = args.symmetric;
-  q.group_size = args.group_size;
-  q.block_rows = args.block_rows;
-  q.block_cols = args.block_cols;
-  return q;
-}
-
 Resolved resolve(const CompressOptions& o) {
   Resolved r;
   r.format = o.format;
@@ -117,7 +105,6 @@ Resolved resolve(const CompressOptions& o) {
       r.args.type = QuantType::float_;
       r.args.num_bits = o.num_bits ? o.num_bits : 4;
       r.args.strategy = o.strategy.value_or(QuantStrategy::tensor_group);
-      r.args.fp8_scale = true;
       if (r.args.num_bits != 4) bad("nvfp4-pack-quantized: weights are 4-bit FP4");
       if (r.args.strategy != QuantStrategy::tensor_group)
         bad("nvfp4-pack-quantized: strategy is tensor_group (group 16)");
@@ -206,7 +193,7 @@ namespace {
 std::vector<std::string> planned_keys(const Item& it, const Resolved& r) {
   if (!it.compress) return {it.out.front().key};
   if (r.format == Format::low_rank) return {it.module + ".0.weight", it.module + ".1.weight"};
-  const QuantArgs q = r.quant();
+  const QuantArgs& q = r.args;
   format::Why why;
   const auto g = format::geometry(r.format, it.t->shape, is_quantized_format(r.format) ? &q : nullptr, why);
   std::vector<std::string> keys;
@@ -262,7 +249,7 @@ Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, co
   const Selector ignore(o.ignore, "ignore", classes);
   Plan plan;
   std::set<std::string> compressed_modules;
-  const QuantArgs q = r.quant();
+  const QuantArgs& q = r.args;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo& t = tensors[i];
     Item it;
@@ -380,7 +367,7 @@ void plan_parts(Item& it, const Resolved& r) {
               {m.b_key(), it.work, m.b_shape(), bytes_of(it.work, m.b_shape())}};
     return;
   }
-  const QuantArgs q = r.quant();
+  const QuantArgs& q = r.args;
   format::Why why;
   const auto g = format::geometry(r.format, it.t->shape, is_quantized_format(r.format) ? &q : nullptr, why);
   if (!g) fail(ErrorKind::internal, "", it.t->name, "planned tensor has no geometry: " + why);
