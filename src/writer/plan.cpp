@@ -47,23 +47,6 @@ bool is_quantized_format(Format f) {
   return f == Format::pack_quantized || f == Format::int_quantized || f == Format::float_quantized ||
          f == Format::nvfp4_pack_quantized;
 }
-}  // namespace ctstream::writer
-
-namespace ctstream {
-std::span<const Format> writer_formats() noexcept {
-  static constexpr Format kFormats[] = {
-      Format::dense,         Format::sparse_bitmask,  Format::sparse_24_bitmask,    Format::pack_quantized,
-      Format::int_quantized, Format::float_quantized, Format::nvfp4_pack_quantized, Format::low_rank};
-  return kFormats;
-}
-std::string writer_format_names() {
-  std::string s;
-  for (Format f : writer_formats()) s += (s.empty() ? "" : ", ") + std::string(format_name(f));
-  return s;
-}
-}  // namespace ctstream
-
-namespace ctstream::writer {
 
 bool is_sparse_format(Format f) { return f == Format::sparse_bitmask || f == Format::sparse_24_bitmask; }
 

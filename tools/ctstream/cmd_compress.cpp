@@ -25,19 +25,17 @@
 namespace cli {
 namespace {
 
-ctstream::Format parse_format(const std::string& s) {
-  const auto f = ctstream::format_from_name(s);
-  const auto all = ctstream::writer_formats();
-  if (!f || std::find(all.begin(), all.end(), *f) == all.end())
-    throw std::invalid_argument("--format must be one of " + ctstream::writer_format_names() + "; got '" + s + "'");
-  return *f;
-}
-
-ctstream::QuantStrategy parse_strategy(const std::string& s) {
-  const auto st = ctstream::strategy_from_name(s);
-  if (!st || *st == ctstream::QuantStrategy::token || *st == ctstream::QuantStrategy::attn_head)
-    throw std::invalid_argument("--strategy must be tensor, channel, group, block or tensor_group");
-  return *st;
+/// The writer's rules on options (CompressOptions::validate, the format / strategy names) throw
+/// Error{invalid_argument}; typed on the command line they are usage errors (exit 2, "see ctstream
+/// --help"), as the CLI's own parse errors are.
+template <class F>
+auto usage_rule(F&& rule) {
+  try {
+    return rule();
+  } catch (const ctstream::Error& e) {
+    if (e.kind() != ctstream::ErrorKind::invalid_argument) throw;
+    throw std::invalid_argument(e.what());
+  }
 }
 
 uint64_t parse_uint(const std::string& flag, const std::string& v) {
@@ -130,9 +128,10 @@ int cmd_compress(int argc, char** argv) {
   if (a.pos.size() != 2) throw std::invalid_argument("compress needs IN (file or model dir) and OUT_DIR");
 
   ctstream::CompressOptions opt;
-  opt.format = parse_format(a.get("--format", "pack-quantized"));
+  opt.format = usage_rule([&] { return ctstream::writer_format_from_name(a.get("--format", "pack-quantized")); });
   if (a.has("--bits")) opt.num_bits = static_cast<unsigned>(parse_uint("--bits", a.get("--bits")));
-  if (a.has("--strategy")) opt.strategy = parse_strategy(a.get("--strategy"));
+  if (a.has("--strategy"))
+    opt.strategy = usage_rule([&] { return ctstream::writer_strategy_from_name(a.get("--strategy")); });
   if (a.has("--group-size")) {
     opt.group_size = parse_uint("--group-size", a.get("--group-size"));
     if (!opt.strategy) opt.strategy = ctstream::QuantStrategy::group;
@@ -158,15 +157,9 @@ int cmd_compress(int argc, char** argv) {
     } catch (const std::exception&) {
       pos = 0;
     }
-    if (pos != e.size() || e.empty() || !(opt.energy > 0 && opt.energy <= 1))
-      throw std::invalid_argument("--energy needs a fraction in (0, 1], got '" + e + "'");
+    if (pos != e.size() || e.empty()) throw std::invalid_argument("--energy needs a fraction in (0, 1], got '" + e + "'");
   }
-  if ((a.has("--rank") || a.has("--energy")) && opt.format != ctstream::Format::low_rank)
-    throw std::invalid_argument("--rank / --energy apply to --format low-rank");
-  if (opt.format == ctstream::Format::dense && !opt.dtype)
-    throw std::invalid_argument("--format dense needs --dtype (bf16, fp16 or fp32)");
   if (a.has("--shard-size")) opt.shard_bytes = ctstream::parse_bytes(a.get("--shard-size"));
-  if (opt.shard_bytes == 0) throw std::invalid_argument("--shard-size must be positive");
   opt.prune_24 = a.has("--prune-24");
   opt.input_activations = !a.has("--weight-only");
   opt.fuse_global_scales = !a.has("--no-fuse-global-scale");
@@ -176,6 +169,7 @@ int cmd_compress(int argc, char** argv) {
   opt.targets = targets;
   opt.ignore = ignore;
   opt.open = open_options(a);
+  usage_rule([&] { opt.validate(); });
   const std::string scheme = ctstream::describe_scheme(opt);  // validates the combination early
 
   const bool quiet = a.has("--quiet");
