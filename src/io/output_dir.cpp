@@ -36,8 +36,9 @@ void check_not_nested(const fs::path& in, const fs::path& out) {
   const fs::path in_c = fs::weakly_canonical(in, ec), out_c = fs::weakly_canonical(out, ec);
   if (detail::path_within(in_c, out_c))
     fail(ErrorKind::invalid_argument, out.string(),
-         in_c == out_c ? "output directory is the input"
-                       : "output directory contains the input " + in.string() + " (replacing it would delete the input)");
+         in_c == out_c
+             ? "output directory is the input"
+             : "output directory contains the input " + in.string() + " (replacing it would delete the input)");
   if (detail::path_within(out_c, in_c))
     fail(ErrorKind::invalid_argument, out.string(), "output directory lies inside the input " + in.string());
 }

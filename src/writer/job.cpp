@@ -424,8 +424,7 @@ CompressReport Job::run() {
     rep_.files.emplace_back(format::kConfigName);
   }
   if (r_.format == Format::low_rank) {
-    dir_->write_text(std::string(format::kDecomposeConfigName),
-               format::decompose_config_json(low_rank_modules(plan_)));
+    dir_->write_text(std::string(format::kDecomposeConfigName), format::decompose_config_json(low_rank_modules(plan_)));
     rep_.files.push_back(std::string(format::kDecomposeConfigName));
   }
   copy_others();

@@ -211,6 +211,9 @@ void dequantize(const uint8_t* codes, uint64_t rows, uint64_t cols, DType d, con
                 float* out) {
   const bool fp4 = a.type == QuantType::float_ && a.num_bits == 4;
   const bool fp8 = a.type == QuantType::float_ && a.num_bits == 8;
+  const auto element = [](float x, float scale, bool has_zp, float zp, DType s) {
+    return f32_from_bits(codecs::dequant_element(x, scale, has_zp, zp, /*exact_sub=*/false, s, DType::F32));
+  };
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin) \
     num_threads(static_cast <int>(core::team_size()))
   for (int64_t rr = 0; rr < static_cast<int64_t>(rows); ++rr) {
@@ -220,19 +223,12 @@ void dequantize(const uint8_t* codes, uint64_t rows, uint64_t cols, DType d, con
       const uint8_t q = codes[r * cols + c];
       // The decoders' arithmetic (codecs/element.hpp): the value times its scale, rounded to S;
       // INT codes subtract the zero point first, rounded to S as the library's torch op does.
-      float v;
-      if (fp4) {  // bf16(fp32(x) * (fp32(scale_bf16) / global_scale))
-        v = codecs::f32_from_bits(codecs::dequant_element(codecs::e2m1_to_f32(q), p.scale[i] / p.global_scale,
-                                                          false, 0.f, false, DType::BF16, DType::F32));
-      } else if (fp8) {
-        v = codecs::f32_from_bits(
-            codecs::dequant_element(codecs::e4m3_to_f32(q), p.scale[i], false, 0.f, false, d, DType::F32));
-      } else {
-        v = codecs::f32_from_bits(codecs::dequant_element(static_cast<float>(static_cast<int8_t>(q)), p.scale[i],
-                                                          true, a.symmetric ? 0.f : p.zero_point[i], false, d,
-                                                          DType::F32));
-      }
-      out[r * cols + c] = v;
+      if (fp4)  // bf16(fp32(x) * (fp32(scale_bf16) / global_scale))
+        out[r * cols + c] = element(codecs::e2m1_to_f32(q), p.scale[i] / p.global_scale, false, 0.f, DType::BF16);
+      else if (fp8) out[r * cols + c] = element(codecs::e4m3_to_f32(q), p.scale[i], false, 0.f, d);
+      else
+        out[r * cols + c] = element(static_cast<float>(static_cast<int8_t>(q)), p.scale[i], true,
+                                    a.symmetric ? 0.f : p.zero_point[i], d);
     }
   }
 }
