@@ -140,10 +140,11 @@ struct CompressOptions {
   const std::atomic<bool>* cancel = nullptr;
 
   /// The rules a user-facing surface (the CLI's `compress`, Python's compress / save_*) applies
-  /// to options a user typed, written once: `dtype` is bf16, fp16 or fp32; format dense needs a
-  /// `dtype` (without one the library call is a plain copy); `shard_bytes` is positive; `rank` /
-  /// `energy` belong to format low-rank. Throws Error{invalid_argument} naming the rule. The
-  /// combination itself (bits, strategy, group size for the format) is describe_scheme()'s.
+  /// to options a user typed, written once: format dense needs a `dtype` (without one the
+  /// library call is a plain copy); `shard_bytes` is positive; `rank` / `energy` belong to format
+  /// low-rank. Throws Error{invalid_argument} naming the rule. The rules every call applies (a
+  /// float `dtype`, bits / strategy / group size for the format, energy in (0, 1]) are
+  /// describe_scheme()'s, which compress() checks too.
   void validate() const;
 };
 

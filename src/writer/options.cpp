@@ -44,8 +44,6 @@ QuantStrategy writer_strategy_from_name(std::string_view name) {
 }
 
 void CompressOptions::validate() const {
-  if (dtype && !is_float_output(*dtype))
-    bad("dtype must be bfloat16, float16 or float32; got '" + std::string(dtype_name(*dtype)) + "'");
   if (format == Format::dense && !dtype) bad("format 'dense' needs dtype (bfloat16, float16 or float32)");
   if (shard_bytes == 0) bad("shard size must be positive");
   if ((rank != 0 || energy != 0) && format != Format::low_rank) bad("rank / energy apply to format 'low-rank'");

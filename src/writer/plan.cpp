@@ -55,15 +55,14 @@ Resolved resolve(const CompressOptions& o) {
   r.format = o.format;
   auto bad = [](const std::string& m) { fail(ErrorKind::invalid_argument, "", "", m); };
   const std::string fname(format_name(o.format));
+  // Every format converts to (or quantizes in) the chosen dtype: a float one.
+  if (o.dtype && !is_float_output(*o.dtype))
+    bad("dtype must be bfloat16, float16 or float32; got '" + std::string(dtype_name(*o.dtype)) + "'");
   switch (o.format) {
-    case Format::dense:
-      if (o.dtype && !is_float_output(*o.dtype)) bad("dense: dtype must be bf16, fp16 or fp32");
-      r.scheme = o.dtype ? "dense " + std::string(dtype_name(*o.dtype)) : "dense copy";
-      return r;
+    case Format::dense: r.scheme = o.dtype ? "dense " + std::string(dtype_name(*o.dtype)) : "dense copy"; return r;
     case Format::low_rank:
       if ((o.rank > 0) == (o.energy > 0)) bad("low-rank: give exactly one of rank and energy");
       if (o.energy > 0 && !(o.energy <= 1.0)) bad("low-rank: energy must be in (0, 1]");
-      if (o.dtype && !is_float_output(*o.dtype)) bad("low-rank: dtype must be bf16, fp16 or fp32");
       r.rank = o.rank;
       r.energy = o.energy;
       r.scheme = o.rank ? "rank " + std::to_string(o.rank) : "energy " + std::to_string(o.energy);

@@ -97,7 +97,7 @@ CompressOptions options_from(const nb::dict& d) {
   if (auto s = get<std::string>(d, "dtype")) {
     const auto dt = ctstream::dtype_from_user(*s);
     if (!dt) raise("invalid_argument", "dtype must be bfloat16, float16 or float32; got '" + *s + "'");
-    o.dtype = *dt;  // a dtype that is not a float output: validate() below
+    o.dtype = *dt;  // a dtype that is not a float output: describe_scheme() below
   }
   if (auto v = get<uint64_t>(d, "shard_size")) o.shard_bytes = *v;
   if (auto v = get<bool>(d, "overwrite")) o.overwrite = *v;
