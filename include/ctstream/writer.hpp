@@ -53,6 +53,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ctstream/checkpoint.hpp"
@@ -137,6 +138,14 @@ struct CompressOptions {
   /// Polled between tensors; when it becomes true the call throws Error{io, "cancelled"} and
   /// removes everything it wrote.
   const std::atomic<bool>* cancel = nullptr;
+
+  /// The rules a user-facing surface (the CLI's `compress`, Python's compress / save_*) applies
+  /// to options a user typed, written once: format dense needs a `dtype` (without one the
+  /// library call is a plain copy); `shard_bytes` is positive; `rank` / `energy` belong to format
+  /// low-rank. Throws Error{invalid_argument} naming the rule. The rules every call applies (a
+  /// float `dtype`, bits / strategy / group size for the format, energy in (0, 1]) are
+  /// describe_scheme()'s, which compress() checks too.
+  void validate() const;
 };
 
 /// What happened to one input tensor.
@@ -259,6 +268,12 @@ CompressReport compress_checkpoint(const std::filesystem::path& in, const std::f
 std::span<const Format> writer_formats() noexcept;
 /// Their names, comma-separated ("dense, sparse-bitmask, ..."), for messages.
 std::string writer_format_names();
+/// A format the writer produces, by its name ("pack-quantized", ...); throws
+/// Error{invalid_argument} "format must be one of ...; got 'NAME'" for any other.
+Format writer_format_from_name(std::string_view name);
+/// A strategy the writer quantizes weights with (tensor, channel, group, block, tensor_group), by
+/// its name; throws Error{invalid_argument} for any other name (token and attn_head included).
+QuantStrategy writer_strategy_from_name(std::string_view name);
 
 /// The report as JSON text (what `ctstream compress --report FILE.json` writes).
 std::string report_json(const CompressReport& report, const CompressOptions& options);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 
+#include "codecs/encode.hpp"
 #include "codecs/half.hpp"
 #include "codecs/matmul.hpp"
 #include "ctstream/error.hpp"
@@ -26,23 +27,11 @@ std::vector<std::byte> shape_bytes(const Shape& s) { return bytes_of(std::vector
 
 }  // namespace
 
-void store(const float* v, uint64_t n, DType d, std::byte* out) {
-  if (d == DType::F32) {
-    if (n) std::memcpy(out, v, n * 4);
-    return;
-  }
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint32_t b = codecs::f32_bits(v[i]);
-    const uint16_t h = d == DType::BF16 ? codecs::f32_to_bf16(b) : codecs::f32_to_f16(b);
-    std::memcpy(out + 2 * i, &h, 2);
-  }
-}
-
 Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<float>& v, bool want_decoded,
                          const std::string& file) {
   const TensorInfo& t = *it.t;
   const uint64_t R = t.shape[0], C = t.shape[1], n = R * C;
-  const WeightArgs& a = r.args;
+  const QuantArgs& a = r.args;
   const auto qp =
       compute_qparams(v.data(), R, C, it.work, a,
                       a.strategy == QuantStrategy::tensor_group ? std::optional<float>(it.global_scale) : std::nullopt);
@@ -62,10 +51,10 @@ Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<fl
   const uint64_t ns = qp.scale.size();
   std::vector<std::byte> scale(ns * 4);
   if (r.format == Format::nvfp4_pack_quantized) {
-    for (uint64_t i = 0; i < ns; ++i) scale[i] = static_cast<std::byte>(f32_to_e4m3(qp.scale[i]));
+    for (uint64_t i = 0; i < ns; ++i) scale[i] = static_cast<std::byte>(codecs::f32_to_e4m3(qp.scale[i]));
     scale.resize(ns);
   } else {
-    store(qp.scale.data(), ns, it.work, scale.data());
+    codecs::store_floats(qp.scale.data(), ns, it.work, scale.data());
     scale.resize(ns * (dtype_bits(it.work) / 8));
   }
   e.parts[Role::weight_scale] = std::move(scale);
@@ -75,12 +64,12 @@ Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<fl
   switch (r.format) {
     case Format::pack_quantized:
       e.parts[Role::weight_packed] =
-          bytes_of(pack_int32_rows(reinterpret_cast<const int8_t*>(codes.data()), R, C, a.num_bits));
+          bytes_of(codecs::pack_int32_rows(reinterpret_cast<const int8_t*>(codes.data()), R, C, a.num_bits));
       e.parts[Role::weight_shape] = shape_bytes(t.shape);
       if (!a.symmetric)  // group / channel: packed along rows (pack_to_int32(packed_dim=0))
         e.parts[Role::weight_zero_point] =
             a.strategy == QuantStrategy::group || a.strategy == QuantStrategy::channel
-                ? bytes_of(pack_int32_cols(zp.data(), qp.shape[0], qp.shape[1], a.num_bits))
+                ? bytes_of(codecs::pack_int32_cols(zp.data(), qp.shape[0], qp.shape[1], a.num_bits))
                 : bytes_of(zp);
       break;
     case Format::int_quantized:
@@ -90,7 +79,7 @@ Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<fl
       break;
     case Format::nvfp4_pack_quantized: {
       std::vector<uint8_t> packed(n / 2);
-      pack_fp4(codes.data(), n, packed.data());
+      codecs::pack_fp4(codes.data(), n, packed.data());
       e.parts[Role::weight_packed] = bytes_of(packed);
       e.parts[Role::weight_global_scale] = bytes_of(std::vector<float>{qp.global_scale});
       break;
@@ -121,19 +110,19 @@ Encoded encode_sparse(const Item& it, const Resolved& r, const std::vector<float
   const uint64_t R = t.shape[0], C = t.shape[1], n = R * C;
   const unsigned eb = dtype_bits(it.work) / 8;
   std::vector<std::byte> raw(n * eb);
-  store(v.data(), n, it.work, raw.data());
+  codecs::store_floats(v.data(), n, it.work, raw.data());
   Encoded e;
   e.decoded_dtype = it.work;
   std::vector<uint8_t> mask(R * ((C + 7) / 8));
   e.parts[Role::shape] = shape_bytes(t.shape);
   if (r.format == Format::sparse_bitmask) {
-    const uint64_t nnz = count_nonzero(raw.data(), n, it.work);
+    const uint64_t nnz = codecs::count_nonzero(raw.data(), n, it.work);
     if (nnz != it.nnz)
       throw Error(ErrorKind::io, file, t.name,
                   "tensor changed while it was being compressed (non-zero count differs between passes)");
     std::vector<std::byte> values(nnz * eb);
     std::vector<int64_t> row_offsets(R);
-    bitmask_compress(raw.data(), R, C, it.work, values.data(), mask.data(), row_offsets.data());
+    codecs::bitmask_compress(raw.data(), R, C, it.work, values.data(), mask.data(), row_offsets.data());
     e.parts[Role::compressed] = std::move(values);
     e.parts[Role::row_offsets] = bytes_of(row_offsets);
     if (want_decoded) {  // the library decodes zeros where nothing is stored
@@ -142,14 +131,14 @@ Encoded encode_sparse(const Item& it, const Resolved& r, const std::vector<float
     }
   } else {
     std::vector<uint8_t> keep(n);
-    e.pruned = mask_24(raw.data(), n, it.work, keep.data());
+    e.pruned = codecs::mask_24(raw.data(), n, it.work, keep.data());
     if (e.pruned && !prune)
       throw Error(ErrorKind::invalid_argument, file, t.name,
                   "is not 2:4 sparse (" + std::to_string(e.pruned) +
                       " groups of 4 hold more than 2 non-zeros); pass --prune-24 to keep the 2 largest of every 4, as "
                       "compressed-tensors' compressor does");
     std::vector<std::byte> values(n / 2 * eb);
-    sparse24_compress(raw.data(), R, C, it.work, keep.data(), values.data(), mask.data());
+    codecs::sparse24_compress(raw.data(), R, C, it.work, keep.data(), values.data(), mask.data());
     e.parts[Role::compressed] = std::move(values);
     if (want_decoded) {
       e.decoded.resize(n);
@@ -171,7 +160,7 @@ Encoded encode_low_rank(const Item& it, const std::vector<float>& v, bool want_d
   e.decoded_dtype = it.work;
   for (const auto* f : {&a, &b}) {
     std::vector<std::byte> bytes(f->size() * dtype_bits(it.work) / 8);
-    store(f->data(), f->size(), it.work, bytes.data());
+    codecs::store_floats(f->data(), f->size(), it.work, bytes.data());
     e.ordered.push_back(std::move(bytes));
   }
   if (want_decoded) {

@@ -38,7 +38,4 @@ Encoded encode_low_rank(const Item& it, const std::vector<float>& v, bool want_d
 /// Writes a compressed item's parts in its planned order.
 void emit(const Item& it, const Encoded& e, SafetensorsWriter& w);
 
-/// f32 values (exact in d) -> the stored bytes of dtype d (F32, F16 or BF16).
-void store(const float* v, uint64_t n, DType d, std::byte* out);
-
 }  // namespace ctstream::writer

@@ -1,12 +1,10 @@
 // writer — `compress_checkpoint`: read a dense checkpoint tensor by tensor, plan (plan.hpp),
 // check the plan with the reader's own validation, compress (encode.hpp), write shards + index +
 // config.json into a temporary directory beside the output, copy the other files, rename into
-// place. Layouts and config follow compressed-tensors 0.20.0 for the quantized formats and
-// 0.12.2 for the sparse ones (see format/format_table.hpp and format/config_writer.hpp).
-#include <fcntl.h>
+// place (the directory itself: io::OutputDir). Layouts and config follow compressed-tensors 0.20.0
+// for the quantized formats and 0.12.2 for the sparse ones (see format/format_table.hpp and
+// format/config_writer.hpp).
 #include <sys/stat.h>
-#include <sys/vfs.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -14,8 +12,10 @@
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
+#include "codecs/encode.hpp"
 #include "codecs/half.hpp"
 #include "core/boundary.hpp"
 #include "core/paths.hpp"
@@ -26,8 +26,7 @@
 #include "format/file_names.hpp"
 #include "format/low_rank.hpp"
 #include "format/shards.hpp"
-#include "io/output.hpp"
-#include "io/retry.hpp"
+#include "io/output_dir.hpp"
 #include "writer/encode.hpp"
 #include "writer/plan.hpp"
 #include "writer/report.hpp"
@@ -53,60 +52,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-void fsync_dir(const fs::path& d) {
-  const int fd = io::retry_eintr([&] { return ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
-  if (fd >= 0) {
-    (void)::fsync(fd);
-    ::close(fd);
-  }
-}
-
-/// Writes a small file exclusively (a name that exists, a planted link included, is an error).
-void write_text(const fs::path& p, const std::string& text) {
-  io::OutputFile f(p);
-  if (std::fwrite(text.data(), 1, text.size(), f.stream()) != text.size())
-    fail(ErrorKind::io, p.string(), "", std::string("write failed: ") + std::strerror(errno));
-  f.commit();
-}
-
-/// Removes the temporary output directory unless released. While set, the directory is in the
-/// signal-safe registry too (io::register_temp_dir), so a process killed by a second Ctrl-C
-/// leaves neither it nor the finished shards in it behind.
-struct TempDirGuard {
-  fs::path path;
-  int slot = -1;
-  bool keep = false;
-  void set(const fs::path& p) {
-    path = p;
-    slot = io::register_temp_dir(p);
-  }
-  /// The directory has been renamed into place: no longer ours to remove.
-  void release() {
-    keep = true;
-    io::unregister_temp(slot);
-    slot = -1;
-  }
-  ~TempDirGuard() {
-    if (!keep && !path.empty()) {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-    io::unregister_temp(slot);
-  }
-};
-
-/// Whether `p` lies on a kernel pseudo-filesystem (/proc, /sys, ...): its "regular" files are
-/// generated on read (a link into /proc/self would copy the process's environment).
-bool on_pseudo_fs(const fs::path& p) {
-  struct statfs sf {};
-  if (::statfs(p.c_str(), &sf) != 0) return true;
-  constexpr long kProc = 0x9fa0, kSysfs = 0x62656572, kDebugfs = 0x64626720, kSecurityfs = 0x73636673,
-                 kTracefs = 0x74726163, kCgroup = 0x27e0eb, kCgroup2 = 0x63677270;
-  for (long m : {kProc, kSysfs, kDebugfs, kSecurityfs, kTracefs, kCgroup, kCgroup2})
-    if (static_cast<long>(sf.f_type) == m) return true;
-  return false;
-}
-
 class Job {
  public:
   /// `in`: the input checkpoint's path when the source is one (the output may neither contain nor
@@ -120,24 +65,21 @@ class Job {
   void check_cancel() const {
     if (o_.cancel && o_.cancel->load()) fail(ErrorKind::io, out_.string(), "", "cancelled; nothing was written");
   }
-  void prepare_output();
-  void check_not_nested() const;
   void scan();
   std::string config_text() const;
   void write_shards();
   void write_item(Item& it, SafetensorsWriter& w);
   void write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr);
   void copy_others();
-  void copy_file_into(const fs::path& src, const struct stat& expect, const fs::path& dst) const;
   void check_finite(const Item& it, const std::vector<float>& v) const;
   void write_extra_files();
   void read_whole(const Item& it, std::span<std::byte> f32) {
     src_.read(it.index, 0, it.t->shape.empty() ? 1 : it.t->shape[0], f32, DType::F32);
   }
-  void commit();
 
   TensorSource& src_;
-  fs::path in_, out_, tmp_;
+  fs::path in_, out_;
+  std::optional<io::OutputDir> dir_;  ///< set by run(): the temporary directory, renamed at the end
   const CompressOptions& o_;
   Resolved r_;
   std::chrono::steady_clock::time_point t0_;
@@ -145,41 +87,7 @@ class Job {
   std::vector<Item>& items_ = plan_.items;
   std::vector<std::string> shard_names_;
   CompressReport rep_;
-  TempDirGuard guard_;
 };
-
-void Job::check_not_nested() const {
-  std::error_code ec;
-  const fs::path in_c = fs::weakly_canonical(in_, ec), out_c = fs::weakly_canonical(out_, ec);
-  if (detail::path_within(in_c, out_c))
-    fail(ErrorKind::invalid_argument, out_.string(), "",
-         in_c == out_c
-             ? "output directory is the input"
-             : "output directory contains the input " + in_.string() + " (replacing it would delete the input)");
-  if (detail::path_within(out_c, in_c))
-    fail(ErrorKind::invalid_argument, out_.string(), "", "output directory lies inside the input " + in_.string());
-}
-
-void Job::prepare_output() {
-  out_ = fs::absolute(out_).lexically_normal();
-  if (out_.filename().empty()) out_ = out_.parent_path();
-  const fs::path parent = out_.parent_path();
-  std::error_code ec;
-  if (!fs::is_directory(parent, ec))
-    fail(ErrorKind::io, out_.string(), "", "parent directory " + parent.string() + " does not exist");
-  // OUT may neither be IN, contain IN (replacing OUT would delete the input) nor lie inside IN
-  // (the output would be read back as input); compared on resolved paths, links followed.
-  if (!in_.empty()) check_not_nested();
-  // A device, FIFO or socket (or a link to one) is refused, and a non-empty directory without
-  // --overwrite; commit() checks the latter again at the rename.
-  (void)io::check_output(out_, io::OutputKind::directory, o_.overwrite);
-  try {
-    tmp_ = io::make_temp_dir(parent, out_.filename().string(), "tmp");
-  } catch (const Error& e) {
-    fail(ErrorKind::io, out_.string(), "", std::string("output directory is not writable: ") + e.what());
-  }
-  guard_.set(tmp_);
-}
 
 void Job::scan() {
   std::vector<Item*> need;
@@ -253,8 +161,8 @@ void Job::scan() {
 std::string Job::config_text() const {
   format::CompressionSection s;
   s.format = r_.format;
-  s.weights = r_.quant();
-  s.fp8_scale = r_.args.fp8_scale;
+  s.weights = r_.args;
+  s.fp8_scale = has_fp8_scale(r_.args);
   s.input_activations = r_.activations;
   s.targets = o_.targets;
   s.ignore = plan_.config_ignore;
@@ -303,7 +211,7 @@ void Job::write_shards() {
     size_t j = i;
     for (; j < items_.size() && items_[j].shard == s; ++j)
       for (const auto& e : items_[j].out) entries.push_back({e.key, e.dtype, e.shape});
-    SafetensorsWriter w(tmp_ / shard_names_[s], std::move(entries),
+    SafetensorsWriter w(dir_->temp() / shard_names_[s], std::move(entries),
                         {{"format", "pt"}, {"writer", std::string("ctstream ") + "compress"}});
     for (; i < j; ++i) {
       check_cancel();
@@ -326,7 +234,7 @@ void Job::write_shards() {
         total += e.bytes;
       }
     json idx = {{"metadata", {{"total_size", total}}}, {"weight_map", wm}};
-    write_text(tmp_ / format::kIndexName, idx.dump(2) + "\n");
+    dir_->write_text(format::kIndexName, idx.dump(2) + "\n");
     rep_.files.emplace_back(format::kIndexName);
   }
 }
@@ -364,7 +272,7 @@ void Job::write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr) {
           v[i] = c;
         }
       }
-      store(v.data(), n, it.work, outb.data());
+      codecs::store_floats(v.data(), n, it.work, outb.data());
     } else {
       src_.read(it.index, r0, r1, outb, it.work);
     }
@@ -443,7 +351,7 @@ void Job::copy_others() {
   static const char* skip_ext[] = {".bin",     ".pt",   ".pth",  ".ckpt", ".h5",
                                    ".msgpack", ".onnx", ".gguf", ".ot",   ".safetensors"};
   const fs::path out_canon = fs::weakly_canonical(out_, ec);
-  const fs::path tmp_canon = fs::weakly_canonical(tmp_, ec);
+  const fs::path tmp_canon = fs::weakly_canonical(dir_->temp(), ec);
   // Where a file may resolve to: inside IN, or, for a Hugging Face cache snapshot
   // (<repo>/snapshots/<rev>/x -> ../../blobs/<hash>), inside that repo's blobs/. A link anywhere
   // else (a planted tokenizer.json -> ~/.ssh/id_rsa) is not copied into OUT, which users upload.
@@ -475,7 +383,7 @@ void Job::copy_others() {
     }
     if (is_dir) continue;
     struct stat st {};
-    if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || on_pseudo_fs(p))
+    if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || io::on_pseudo_fs(p))
       continue;                                 // a FIFO, device, socket, dangling link or /proc file is never opened
     if (!link_target_allowed(canon)) continue;  // a link out of the checkpoint (~/.ssh/...): not copied
     const std::string rels = rel.generic_string();
@@ -486,74 +394,23 @@ void Job::copy_others() {
       rep_.skipped.push_back(rels);
       continue;
     }
-    const fs::path dst = tmp_ / rel;
-    fs::create_directories(dst.parent_path(), ec);
-    if (ec) fail(ErrorKind::io, dst.string(), "", "cannot create directory: " + ec.message());
-    copy_file_into(p, st, dst);
+    dir_->copy_file(p, st, rel, [this] { check_cancel(); });
     rep_.copied.push_back(rels);
   }
   if (ec) fail(ErrorKind::io, in_.string(), "", "cannot list the input directory: " + ec.message());
 }
 
-void Job::copy_file_into(const fs::path& src, const struct stat& expect, const fs::path& dst) const {
-  // O_NONBLOCK: were `src` swapped for a FIFO since stat(), opening it does not wait for a writer;
-  // the fstat below refuses anything but the regular file that was checked.
-  const int in = io::retry_eintr([&] { return ::open(src.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC); });
-  if (in < 0) fail(ErrorKind::io, src.string(), "", std::string("cannot open: ") + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } close_in{in};
-  struct stat st {};
-  if (io::retry_eintr([&] { return ::fstat(in, &st); }) != 0 || !S_ISREG(st.st_mode) || st.st_dev != expect.st_dev ||
-      st.st_ino != expect.st_ino)
-    fail(ErrorKind::io, src.string(), "", "changed while being copied (no longer the regular file listed)");
-  // Created exclusively inside the writer's own temporary directory: a name the writer has
-  // written already is an error, never overwritten.
-  const int out =
-      io::retry_eintr([&] { return ::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666); });
-  if (out < 0)
-    fail(ErrorKind::io, dst.string(), "",
-         std::string("cannot create the copy of ") + src.string() + ": " + std::strerror(errno));
-  struct Closer close_out {
-    out
-  };
-  std::vector<char> buf(1 << 20);
-  for (;;) {
-    check_cancel();
-    const ssize_t n = io::retry_eintr([&] { return ::read(in, buf.data(), buf.size()); });
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EAGAIN) continue;
-      fail(ErrorKind::io, src.string(), "", std::string("read failed: ") + std::strerror(errno));
-    }
-    for (ssize_t w = 0; w < n;) {
-      const ssize_t k = io::retry_eintr([&] { return ::write(out, buf.data() + w, static_cast<size_t>(n - w)); });
-      if (k <= 0) fail(ErrorKind::io, dst.string(), "", std::string("write failed: ") + std::strerror(errno));
-      w += k;
-    }
-  }
-  if (::fsync(out) != 0) fail(ErrorKind::io, dst.string(), "", std::string("fsync failed: ") + std::strerror(errno));
-}
-
-void Job::commit() {
-  check_cancel();
-  fsync_dir(tmp_);
-  // Without --overwrite, an OUT created or filled during the run is not replaced (the io rule).
-  // After an exchange, tmp_ holds the old output, which guard_ (still set) removes.
-  if (!io::commit_directory(tmp_, out_, o_.overwrite)) guard_.release();
-  fsync_dir(out_.parent_path());
-}
-
 void Job::write_extra_files() {
   for (const auto& [name, text] : src_.extra_files()) {
-    write_text(tmp_ / name, text);
+    dir_->write_text(name, text);
     rep_.files.push_back(name);
   }
 }
 
 CompressReport Job::run() {
-  prepare_output();
+  // OUT is checked and claimed (io::OutputDir) before any input is read.
+  dir_.emplace(out_, o_.overwrite, in_);
+  out_ = dir_->path();
   plan_ = make_plan(src_.tensors(), o_, r_, src_.module_classes(), src_.conv_modules(),
                     [this](size_t i) { return src_.origin(i); });
   scan();
@@ -563,17 +420,17 @@ CompressReport Job::run() {
   check_plan(plan_, r_, config);  // the reader accepts what is about to be written
   write_shards();
   if (!config.empty()) {
-    write_text(tmp_ / format::kConfigName, config);
+    dir_->write_text(format::kConfigName, config);
     rep_.files.emplace_back(format::kConfigName);
   }
   if (r_.format == Format::low_rank) {
-    write_text(tmp_ / std::string(format::kDecomposeConfigName),
-               format::decompose_config_json(low_rank_modules(plan_)));
+    dir_->write_text(std::string(format::kDecomposeConfigName), format::decompose_config_json(low_rank_modules(plan_)));
     rep_.files.push_back(std::string(format::kDecomposeConfigName));
   }
   copy_others();
   write_extra_files();
-  commit();
+  check_cancel();
+  dir_->commit();
   for (const auto& tr : rep_.tensors) {
     rep_.input_bytes += tr.input_bytes;
     rep_.output_bytes += tr.output_bytes;

@@ -47,52 +47,22 @@ bool is_quantized_format(Format f) {
   return f == Format::pack_quantized || f == Format::int_quantized || f == Format::float_quantized ||
          f == Format::nvfp4_pack_quantized;
 }
-}  // namespace ctstream::writer
-
-namespace ctstream {
-std::span<const Format> writer_formats() noexcept {
-  static constexpr Format kFormats[] = {
-      Format::dense,         Format::sparse_bitmask,  Format::sparse_24_bitmask,    Format::pack_quantized,
-      Format::int_quantized, Format::float_quantized, Format::nvfp4_pack_quantized, Format::low_rank};
-  return kFormats;
-}
-std::string writer_format_names() {
-  std::string s;
-  for (Format f : writer_formats()) s += (s.empty() ? "" : ", ") + std::string(format_name(f));
-  return s;
-}
-}  // namespace ctstream
-
-namespace ctstream::writer {
 
 bool is_sparse_format(Format f) { return f == Format::sparse_bitmask || f == Format::sparse_24_bitmask; }
-
-QuantArgs Resolved::quant() const {
-  QuantArgs q;
-  q.num_bits = args.num_bits;
-  q.type = args.type;
-  q.strategy = args.strategy;
-  q.symmetric = args.symmetric;
-  q.group_size = args.group_size;
-  q.block_rows = args.block_rows;
-  q.block_cols = args.block_cols;
-  return q;
-}
 
 Resolved resolve(const CompressOptions& o) {
   Resolved r;
   r.format = o.format;
   auto bad = [](const std::string& m) { fail(ErrorKind::invalid_argument, "", "", m); };
   const std::string fname(format_name(o.format));
+  // Every format converts to (or quantizes in) the chosen dtype: a float one.
+  if (o.dtype && !is_float_output(*o.dtype))
+    bad("dtype must be bfloat16, float16 or float32; got '" + std::string(dtype_name(*o.dtype)) + "'");
   switch (o.format) {
-    case Format::dense:
-      if (o.dtype && !is_float_output(*o.dtype)) bad("dense: dtype must be bf16, fp16 or fp32");
-      r.scheme = o.dtype ? "dense " + std::string(dtype_name(*o.dtype)) : "dense copy";
-      return r;
+    case Format::dense: r.scheme = o.dtype ? "dense " + std::string(dtype_name(*o.dtype)) : "dense copy"; return r;
     case Format::low_rank:
       if ((o.rank > 0) == (o.energy > 0)) bad("low-rank: give exactly one of rank and energy");
       if (o.energy > 0 && !(o.energy <= 1.0)) bad("low-rank: energy must be in (0, 1]");
-      if (o.dtype && !is_float_output(*o.dtype)) bad("low-rank: dtype must be bf16, fp16 or fp32");
       r.rank = o.rank;
       r.energy = o.energy;
       r.scheme = o.rank ? "rank " + std::to_string(o.rank) : "energy " + std::to_string(o.energy);
@@ -117,7 +87,6 @@ Resolved resolve(const CompressOptions& o) {
       r.args.type = QuantType::float_;
       r.args.num_bits = o.num_bits ? o.num_bits : 4;
       r.args.strategy = o.strategy.value_or(QuantStrategy::tensor_group);
-      r.args.fp8_scale = true;
       if (r.args.num_bits != 4) bad("nvfp4-pack-quantized: weights are 4-bit FP4");
       if (r.args.strategy != QuantStrategy::tensor_group)
         bad("nvfp4-pack-quantized: strategy is tensor_group (group 16)");
@@ -206,7 +175,7 @@ namespace {
 std::vector<std::string> planned_keys(const Item& it, const Resolved& r) {
   if (!it.compress) return {it.out.front().key};
   if (r.format == Format::low_rank) return {it.module + ".0.weight", it.module + ".1.weight"};
-  const QuantArgs q = r.quant();
+  const QuantArgs& q = r.args;
   format::Why why;
   const auto g = format::geometry(r.format, it.t->shape, is_quantized_format(r.format) ? &q : nullptr, why);
   std::vector<std::string> keys;
@@ -262,7 +231,7 @@ Plan make_plan(std::span<const TensorInfo> tensors, const CompressOptions& o, co
   const Selector ignore(o.ignore, "ignore", classes);
   Plan plan;
   std::set<std::string> compressed_modules;
-  const QuantArgs q = r.quant();
+  const QuantArgs& q = r.args;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo& t = tensors[i];
     Item it;
@@ -380,7 +349,7 @@ void plan_parts(Item& it, const Resolved& r) {
               {m.b_key(), it.work, m.b_shape(), bytes_of(it.work, m.b_shape())}};
     return;
   }
-  const QuantArgs q = r.quant();
+  const QuantArgs& q = r.args;
   format::Why why;
   const auto g = format::geometry(r.format, it.t->shape, is_quantized_format(r.format) ? &q : nullptr, why);
   if (!g) fail(ErrorKind::internal, "", it.t->name, "planned tensor has no geometry: " + why);

@@ -25,12 +25,11 @@ bool is_sparse_format(Format f);
 /// The options, resolved to one scheme for every compressed tensor.
 struct Resolved {
   Format format = Format::dense;
-  WeightArgs args;           ///< quantized formats
+  QuantArgs args;            ///< quantized formats (the scheme the config declares)
   uint64_t rank = 0;         ///< low-rank
   double energy = 0;         ///< low-rank
   bool activations = false;  ///< int/float: dynamic input activations declared
   std::string scheme;        ///< human-readable, "int4 group128 sym"
-  QuantArgs quant() const;   ///< `args` as the format layer's QuantArgs
 };
 /// Throws Error{invalid_argument / unsupported} for an inconsistent combination.
 Resolved resolve(const CompressOptions& o);

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <limits>
 
-#include "codecs/half.hpp"
-#include "codecs/minifloat.hpp"
+#include "codecs/element.hpp"
+#include "codecs/encode.hpp"
 #include "core/fork.hpp"
 
 namespace ctstream::writer {
@@ -14,6 +14,7 @@ namespace {
 
 using codecs::f32_bits;
 using codecs::f32_from_bits;
+using codecs::f32_to_e4m3;
 
 // Elementwise loops run multi-threaded above this many elements (results do not depend on it).
 constexpr uint64_t kParallelMin = 1u << 16;
@@ -43,87 +44,19 @@ int8_t round_to_int8(float x) noexcept {
   return static_cast<int8_t>(std::nearbyint(clampf(x, -128.f, 127.f)));
 }
 
-/// `cast_to_fp4` (ct20: quantization/utils/fp4_utils.py, CPU path) followed by the index mapping
-/// of `pack_fp4_to_uint8` (ct20: compressors/nvfp4/helpers.py): magnitude thresholds with ties to
-/// the even E2M1 value; the sign bit is set for every negative input, including those that round
-/// to zero (torch.sign(x) * 0.0 = -0.0, and the packer reads torch.signbit).
-uint8_t fp4_code(float v) noexcept {
-  const float a = std::fabs(v);
-  uint8_t idx;
-  if (a <= 0.25f) idx = 0;
-  else if (a < 0.75f) idx = 1;
-  else if (a <= 1.25f) idx = 2;
-  else if (a < 1.75f) idx = 3;
-  else if (a <= 2.5f) idx = 4;
-  else if (a < 3.5f) idx = 5;
-  else if (a <= 5.0f) idx = 6;
-  else idx = 7;
-  return static_cast<uint8_t>(idx | (v < 0.f ? 8u : 0u));
-}
-
 uint64_t numel(const Shape& s) noexcept {
   uint64_t n = 1;
   for (auto v : s) n *= v;
   return n;
 }
 
-/// Raw element bits of a F32 / F16 / BF16 element, sign bit cleared ("is this zero" test), and
-/// the element's f32 value.
-inline uint32_t mag_bits(const void* data, uint64_t i, DType d) noexcept {
-  if (d == DType::F32) {
-    uint32_t u;
-    std::memcpy(&u, static_cast<const std::byte*>(data) + 4 * i, 4);
-    return u & 0x7FFFFFFFu;
-  }
-  uint16_t h;
-  std::memcpy(&h, static_cast<const std::byte*>(data) + 2 * i, 2);
-  return h & 0x7FFFu;
-}
-inline float value_at(const void* data, uint64_t i, DType d) noexcept {
-  if (d == DType::F32) {
-    float f;
-    std::memcpy(&f, static_cast<const std::byte*>(data) + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, static_cast<const std::byte*>(data) + 2 * i, 2);
-  return f32_from_bits(d == DType::BF16 ? codecs::bf16_to_f32(h) : codecs::f16_to_f32(h));
-}
-inline unsigned elem_bytes(DType d) noexcept { return d == DType::F32 ? 4 : 2; }
-
 }  // namespace
 
-float round_to(DType d, float x) noexcept {
-  switch (d) {
-    case DType::BF16: return f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(f32_bits(x))));
-    case DType::F16: return f32_from_bits(codecs::f16_to_f32(codecs::f32_to_f16(f32_bits(x))));
-    default: return x;
-  }
-}
+float round_to(DType d, float x) noexcept { return f32_from_bits(codecs::round_to(f32_bits(x), d)); }
 
-// c10/util/Float8_e4m3fn.h `fp8e4m3fn_from_fp32_value`.
-uint8_t f32_to_e4m3(float x) noexcept {
-  uint32_t f = f32_bits(x);
-  const uint32_t sign = f & 0x80000000u;
-  f ^= sign;
-  constexpr uint32_t fp8_max = UINT32_C(1087) << 20;     // 480.0f: at or above -> NaN
-  constexpr uint32_t denorm_mask = UINT32_C(141) << 23;  // 2^14
-  uint8_t r;
-  if (f >= fp8_max) {
-    r = 0x7F;
-  } else if (f < (UINT32_C(121) << 23)) {  // below 2^-6: subnormal, RNE through an fp32 add
-    const uint32_t s = f32_bits(f32_from_bits(f) + f32_from_bits(denorm_mask));
-    r = static_cast<uint8_t>(s - denorm_mask);
-  } else {
-    const uint32_t mant_odd = (f >> 20) & 1u;
-    f += (static_cast<uint32_t>(7 - 127) << 23) + 0x7FFFFu;
-    f += mant_odd;
-    r = static_cast<uint8_t>(f >> 20);
-  }
-  return static_cast<uint8_t>(r | (sign >> 24));
-}
+bool has_fp8_scale(const QuantArgs& a) noexcept { return a.type == QuantType::float_ && a.num_bits == 4; }
 
-Shape scale_shape(const WeightArgs& a, uint64_t rows, uint64_t cols) {
+Shape scale_shape(const QuantArgs& a, uint64_t rows, uint64_t cols) {
   switch (a.strategy) {
     case QuantStrategy::tensor: return {1};
     case QuantStrategy::channel: return {rows, 1};
@@ -135,7 +68,7 @@ Shape scale_shape(const WeightArgs& a, uint64_t rows, uint64_t cols) {
   }
 }
 
-uint64_t scale_index(const WeightArgs& a, uint64_t cols, uint64_t r, uint64_t c) noexcept {
+uint64_t scale_index(const QuantArgs& a, uint64_t cols, uint64_t r, uint64_t c) noexcept {
   switch (a.strategy) {
     case QuantStrategy::channel: return r;
     case QuantStrategy::group:
@@ -148,7 +81,7 @@ uint64_t scale_index(const WeightArgs& a, uint64_t cols, uint64_t r, uint64_t c)
   }
 }
 
-std::pair<float, float> quant_range(const WeightArgs& a) noexcept {
+std::pair<float, float> quant_range(const QuantArgs& a) noexcept {
   if (a.type == QuantType::int_) {
     const float half = std::ldexp(1.f, static_cast<int>(a.num_bits) - 1);
     return {-half, half - 1.f};
@@ -178,7 +111,7 @@ float nvfp4_global_scale(float tensor_min, float tensor_max, DType d) noexcept {
   return std::isfinite(g) ? g : 1.f;  // torch.nan_to_num(nan=1, posinf=1, neginf=1)
 }
 
-QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, const WeightArgs& a,
+QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, const QuantArgs& a,
                         std::optional<float> global_scale) {
   QParams p;
   p.shape = scale_shape(a, rows, cols);
@@ -213,6 +146,7 @@ QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, c
   const float qmin = qrange.first, qmax = qrange.second;
   const float range = qmax - qmin;  // bit_range.to(D): exact for every supported width
   const float half_range = range / 2.f;
+  const bool fp8_scale = has_fp8_scale(a);
   p.scale.resize(n);
   if (!a.symmetric) p.zero_point.resize(n);
   if (a.strategy == QuantStrategy::tensor_group) p.global_scale = global_scale.value_or(1.f);
@@ -228,15 +162,15 @@ QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, c
       zp = clampf(round_to(d, qmin - round_to(d, lo[i] / scale)), qmin, qmax);
     }
     if (a.strategy == QuantStrategy::tensor_group) scale = p.global_scale * scale;  // fp32 [1] * D
-    if (a.fp8_scale) scale = codecs::e4m3_to_f32(f32_to_e4m3(clampf(scale, -448.f, 448.f)));
-    if (scale == 0.f) scale = a.fp8_scale ? 0.125f : dtype_eps(d);
+    if (fp8_scale) scale = codecs::e4m3_to_f32(f32_to_e4m3(clampf(scale, -448.f, 448.f)));
+    if (scale == 0.f) scale = fp8_scale ? 0.125f : dtype_eps(d);
     p.scale[i] = scale;
     if (!a.symmetric) p.zero_point[i] = static_cast<float>(round_to_int8(zp));
   }
   return p;
 }
 
-void quantize(const float* w, uint64_t rows, uint64_t cols, DType d, const WeightArgs& a, const QParams& p,
+void quantize(const float* w, uint64_t rows, uint64_t cols, DType d, const QuantArgs& a, const QParams& p,
               uint8_t* out) {
   const std::pair<float, float> qrange =
       quant_range(a);  // (no structured binding: clang 14 cannot capture one in OpenMP regions)
@@ -254,7 +188,7 @@ void quantize(const float* w, uint64_t rows, uint64_t cols, DType d, const Weigh
         // NVFP4PackedCompressor: quantize(x, scale_D, global_scale): scale / global_scale and
         // x / scale promote to fp32; no zero point for symmetric schemes.
         const float s = p.scale[i] / p.global_scale;
-        out[r * cols + c] = fp4_code(clampf(x / s, qmin, qmax));
+        out[r * cols + c] = codecs::f32_to_e2m1(clampf(x / s, qmin, qmax));
         continue;
       }
       // `scaled = x / scale; scaled += zero_point.to(x.dtype)`, both in D. The symmetric zero
@@ -269,14 +203,17 @@ void quantize(const float* w, uint64_t rows, uint64_t cols, DType d, const Weigh
   }
 }
 
-DType dequantized_dtype(const WeightArgs& a, DType d) noexcept {
+DType dequantized_dtype(const QuantArgs& a, DType d) noexcept {
   return a.type == QuantType::float_ && a.num_bits == 4 ? DType::BF16 : d;
 }
 
-void dequantize(const uint8_t* codes, uint64_t rows, uint64_t cols, DType d, const WeightArgs& a, const QParams& p,
+void dequantize(const uint8_t* codes, uint64_t rows, uint64_t cols, DType d, const QuantArgs& a, const QParams& p,
                 float* out) {
   const bool fp4 = a.type == QuantType::float_ && a.num_bits == 4;
   const bool fp8 = a.type == QuantType::float_ && a.num_bits == 8;
+  const auto element = [](float x, float scale, bool has_zp, float zp, DType s) {
+    return f32_from_bits(codecs::dequant_element(x, scale, has_zp, zp, /*exact_sub=*/false, s, DType::F32));
+  };
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin) \
     num_threads(static_cast <int>(core::team_size()))
   for (int64_t rr = 0; rr < static_cast<int64_t>(rows); ++rr) {
@@ -284,128 +221,16 @@ void dequantize(const uint8_t* codes, uint64_t rows, uint64_t cols, DType d, con
     for (uint64_t c = 0; c < cols; ++c) {
       const uint64_t i = scale_index(a, cols, r, c);
       const uint8_t q = codes[r * cols + c];
-      if (fp4) {  // bf16(fp32(x) * (fp32(scale_bf16) / global_scale))
-        out[r * cols + c] = round_to(DType::BF16, codecs::e2m1_to_f32(q) * (p.scale[i] / p.global_scale));
-      } else if (fp8) {
-        out[r * cols + c] = round_to(d, codecs::e4m3_to_f32(q) * p.scale[i]);
-      } else {
-        const float zp = a.symmetric ? 0.f : p.zero_point[i];
-        out[r * cols + c] = round_to(d, round_to(d, static_cast<float>(static_cast<int8_t>(q)) - zp) * p.scale[i]);
-      }
+      // The decoders' arithmetic (codecs/element.hpp): the value times its scale, rounded to S;
+      // INT codes subtract the zero point first, rounded to S as the library's torch op does.
+      if (fp4)  // bf16(fp32(x) * (fp32(scale_bf16) / global_scale))
+        out[r * cols + c] = element(codecs::e2m1_to_f32(q), p.scale[i] / p.global_scale, false, 0.f, DType::BF16);
+      else if (fp8) out[r * cols + c] = element(codecs::e4m3_to_f32(q), p.scale[i], false, 0.f, d);
+      else
+        out[r * cols + c] = element(static_cast<float>(static_cast<int8_t>(q)), p.scale[i], true,
+                                    a.symmetric ? 0.f : p.zero_point[i], d);
     }
   }
-}
-
-std::vector<int32_t> pack_int32_rows(const int8_t* q, uint64_t rows, uint64_t cols, unsigned bits) {
-  const uint64_t words = (cols * bits + 31) / 32;
-  std::vector<uint32_t> out(rows * words, 0u);
-  const uint32_t offset = 1u << (bits - 1), mask = (bits == 32 ? ~0u : (1u << bits) - 1u);
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin) \
-    num_threads(static_cast <int>(core::team_size()))
-  for (int64_t rr = 0; rr < static_cast<int64_t>(rows); ++rr) {
-    const uint64_t r = static_cast<uint64_t>(rr);
-    uint32_t* row = out.data() + r * words;
-    for (uint64_t i = 0; i < cols; ++i) {
-      const uint32_t u =
-          (static_cast<uint32_t>(static_cast<int32_t>(q[r * cols + i]) + static_cast<int32_t>(offset))) & mask;
-      const uint64_t bit = i * bits;
-      const uint64_t wd = bit / 32;
-      const unsigned sh = static_cast<unsigned>(bit % 32);
-      row[wd] |= u << sh;
-      if (sh + bits > 32) row[wd + 1] |= u >> (32 - sh);
-    }
-  }
-  std::vector<int32_t> res(out.size());
-  std::memcpy(res.data(), out.data(), out.size() * 4);
-  return res;
-}
-
-std::vector<int32_t> pack_int32_cols(const int8_t* q, uint64_t rows, uint64_t cols, unsigned bits) {
-  std::vector<int8_t> t(rows * cols);
-  for (uint64_t r = 0; r < rows; ++r)
-    for (uint64_t c = 0; c < cols; ++c) t[c * rows + r] = q[r * cols + c];
-  const auto packed = pack_int32_rows(t.data(), cols, rows, bits);  // [cols, words]
-  const uint64_t words = (rows * bits + 31) / 32;
-  std::vector<int32_t> out(words * cols);
-  for (uint64_t c = 0; c < cols; ++c)
-    for (uint64_t k = 0; k < words; ++k) out[k * cols + c] = packed[c * words + k];
-  return out;
-}
-
-void pack_fp4(const uint8_t* nibbles, uint64_t n, uint8_t* out) noexcept {
-  for (uint64_t k = 0; k < n / 2; ++k)
-    out[k] = static_cast<uint8_t>((nibbles[2 * k] & 0xF) | ((nibbles[2 * k + 1] & 0xF) << 4));
-}
-
-uint64_t count_nonzero(const void* data, uint64_t n, DType d) noexcept {
-  uint64_t k = 0;
-  for (uint64_t i = 0; i < n; ++i) k += mag_bits(data, i, d) != 0;
-  return k;
-}
-
-void bitmask_compress(const void* data, uint64_t rows, uint64_t cols, DType d, void* values, uint8_t* bitmask,
-                      int64_t* row_offsets) {
-  const unsigned eb = elem_bytes(d);
-  const uint64_t mb = (cols + 7) / 8;
-  std::memset(bitmask, 0, rows * mb);
-  auto* dst = static_cast<std::byte*>(values);
-  const auto* src = static_cast<const std::byte*>(data);
-  int64_t off = 0;
-  for (uint64_t r = 0; r < rows; ++r) {
-    row_offsets[r] = off;
-    for (uint64_t c = 0; c < cols; ++c) {
-      const uint64_t i = r * cols + c;
-      if (mag_bits(data, i, d) == 0) continue;
-      bitmask[r * mb + c / 8] |= static_cast<uint8_t>(1u << (c % 8));
-      std::memcpy(dst, src + i * eb, eb);
-      dst += eb;
-      ++off;
-    }
-  }
-}
-
-uint64_t mask_24(const void* data, uint64_t n, DType d, uint8_t* keep) {
-  // aten/src/ATen/native/TopKImpl.h `topk_impl_loop`: k*64 > 4, so nth_element(begin, begin+k-1)
-  // on (value, index) pairs with "NaN is largest, else >"; the kept set is the first k pairs.
-  using elem_t = std::pair<double, int64_t>;
-  auto comp = [](const elem_t& x, const elem_t& y) {
-    return (std::isnan(x.first) && !std::isnan(y.first)) || (x.first > y.first);
-  };
-  uint64_t dropped = 0;
-  std::vector<elem_t> queue(4);
-  for (uint64_t g = 0; g < n / 4; ++g) {
-    for (int j = 0; j < 4; ++j) {
-      const float v = value_at(data, 4 * g + static_cast<uint64_t>(j), d);
-      queue[static_cast<size_t>(j)] = {static_cast<double>(std::fabs(v)), j};
-    }
-    std::nth_element(queue.begin(), queue.begin() + 1, queue.end(), comp);
-    uint8_t* k = keep + 4 * g;
-    k[0] = k[1] = k[2] = k[3] = 0;
-    k[queue[0].second] = 1;
-    k[queue[1].second] = 1;
-    bool lost = false;
-    for (int j = 0; j < 4; ++j)
-      if (!k[j] && mag_bits(data, 4 * g + static_cast<uint64_t>(j), d) != 0) lost = true;
-    dropped += lost;
-  }
-  return dropped;
-}
-
-void sparse24_compress(const void* data, uint64_t rows, uint64_t cols, DType d, const uint8_t* keep, void* values,
-                       uint8_t* bitmask) {
-  const unsigned eb = elem_bytes(d);
-  const uint64_t mb = (cols + 7) / 8;
-  std::memset(bitmask, 0, rows * mb);
-  auto* dst = static_cast<std::byte*>(values);
-  const auto* src = static_cast<const std::byte*>(data);
-  for (uint64_t r = 0; r < rows; ++r)
-    for (uint64_t c = 0; c < cols; ++c) {
-      const uint64_t i = r * cols + c;
-      if (!keep[i]) continue;
-      bitmask[r * mb + c / 8] |= static_cast<uint8_t>(1u << (c % 8));
-      std::memcpy(dst, src + i * eb, eb);
-      dst += eb;
-    }
 }
 
 }  // namespace ctstream::writer

@@ -20,6 +20,8 @@ step "cmake --install" cmake --install "$BUILD" --prefix "$TMP/prefix"
 for f in include/ctstream/ctstream.hpp include/ctstream.h lib/cmake/ctstream/ctstreamConfig.cmake bin/ctstream; do
   [ -e "$TMP/prefix/$f" ] && ok || bad "installed $f missing"
 done
+# The writer is a target of its own (ctstream::ctstream_writer); a reader-only program links none of it.
+grep -q "ctstream::ctstream_writer" "$TMP/prefix/lib/cmake/ctstream/ctstreamTargets.cmake" && ok || bad "ctstream::ctstream_writer not exported"
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 step "configure loaders/examples" cmake -S "$ROOT/loaders/examples" -B "$TMP/ex" "${gen[@]}" \
   -DCMAKE_PREFIX_PATH="$TMP/prefix" -DCMAKE_BUILD_TYPE=Release
@@ -27,6 +29,8 @@ step "build loaders/examples" cmake --build "$TMP/ex" -j2
 step "configure C-only consumer" cmake -S "$ROOT/tests/consumer/c_only" -B "$TMP/c" "${gen[@]}" \
   -DCMAKE_PREFIX_PATH="$TMP/prefix" -DCMAKE_BUILD_TYPE=Release
 step "build C-only consumer" cmake --build "$TMP/c" -j2
+
+if nm -C "$TMP/ex/example_cpp" | grep -Eq "ctstream::compress_checkpoint|BDCSVD"; then bad "the reader-only example_cpp links the writer"; else ok; fi
 
 MODEL=$ROOT/tests/fixtures/ct/v020_mixed_int4g32_fp8ch_bf16
 export OMP_NUM_THREADS=2

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 
+#include "codecs/encode.hpp"
 #include "codecs/half.hpp"
 #include "codecs/minifloat.hpp"
 #include "ctstream/ctstream.hpp"
@@ -146,11 +147,7 @@ void check_bound(const Checkpoint& out, const TensorInfo& info, const std::vecto
   const auto scales = part_f32(out, *sp);
   float gs = 1.f;
   if (const auto* g = info.part("weight_global_scale")) gs = part_f32(out, *g)[0];
-  writer::WeightArgs a;
-  a.strategy = info.quant.strategy;
-  a.group_size = info.quant.group_size;
-  a.block_rows = info.quant.block_rows;
-  a.block_cols = info.quant.block_cols;
+  const QuantArgs& a = info.quant;  // the writer's quantizers take the scheme as read back
   const double u = unit_roundoff(d);
   const double uo = c.format == Format::nvfp4_pack_quantized ? 0x1p-8 : u;  // nvfp4 decodes to bf16
   const bool int_asym = (c.format == Format::pack_quantized || c.format == Format::int_quantized) && !c.symmetric;
@@ -185,12 +182,12 @@ TEST_CASE("quantizer kernels: fp8 encode, rounding, int32 packing, fp4 codes", "
   for (int b = 0; b < 256; ++b) {
     if ((b & 0x7F) == 0x7F) continue;
     const float v = codecs::e4m3_to_f32(static_cast<uint8_t>(b));
-    REQUIRE(writer::f32_to_e4m3(v) == b);
+    REQUIRE(codecs::f32_to_e4m3(v) == b);
   }
-  CHECK(writer::f32_to_e4m3(1.0625f) == writer::f32_to_e4m3(1.0f));  // tie -> even mantissa
-  CHECK(writer::f32_to_e4m3(1.1875f) == writer::f32_to_e4m3(1.25f));
-  CHECK(writer::f32_to_e4m3(0x1p-10f) == 0);  // half the smallest subnormal -> 0
-  CHECK(writer::f32_to_e4m3(500.f) == 0x7F);  // no saturation: NaN code
+  CHECK(codecs::f32_to_e4m3(1.0625f) == codecs::f32_to_e4m3(1.0f));  // tie -> even mantissa
+  CHECK(codecs::f32_to_e4m3(1.1875f) == codecs::f32_to_e4m3(1.25f));
+  CHECK(codecs::f32_to_e4m3(0x1p-10f) == 0);  // half the smallest subnormal -> 0
+  CHECK(codecs::f32_to_e4m3(500.f) == 0x7F);  // no saturation: NaN code
   CHECK(writer::round_to(DType::BF16, 1.f + 0x1p-8f) == 1.f);
   CHECK(writer::round_to(DType::BF16, 1.f + 3 * 0x1p-8f) == 1.015625f);
   CHECK(writer::round_to(DType::F16, 1.f + 0x1p-11f) == 1.f);
@@ -201,7 +198,7 @@ TEST_CASE("quantizer kernels: fp8 encode, rounding, int32 packing, fp4 codes", "
     const uint64_t R = 3, C = 37;
     std::vector<int8_t> q(R * C);
     for (auto& v : q) v = static_cast<int8_t>(static_cast<int>(rng() % (1u << b)) - (1 << (b - 1)));
-    const auto p = writer::pack_int32_rows(q.data(), R, C, b);
+    const auto p = codecs::pack_int32_rows(q.data(), R, C, b);
     const uint64_t W = (C * b + 31) / 32;
     REQUIRE(p.size() == R * W);
     for (uint64_t r = 0; r < R; ++r)
@@ -213,16 +210,15 @@ TEST_CASE("quantizer kernels: fp8 encode, rounding, int32 packing, fp4 codes", "
         }
         REQUIRE(static_cast<int>(u) - (1 << (b - 1)) == q[r * C + i]);
       }
-    const auto z = writer::pack_int32_cols(q.data(), R, C, b);  // along rows
+    const auto z = codecs::pack_int32_cols(q.data(), R, C, b);  // along rows
     REQUIRE(z.size() == ((R * b + 31) / 32) * C);
   }
   // FP4: ties to the even E2M1 value; negatives (even those rounding to 0) carry the sign bit.
-  writer::WeightArgs a;
+  QuantArgs a;
   a.type = QuantType::float_;
   a.num_bits = 4;
   a.strategy = QuantStrategy::tensor_group;
   a.group_size = 16;
-  a.fp8_scale = true;
   writer::QParams p;
   p.shape = {1, 1};
   p.scale = {1.f};

@@ -25,19 +25,17 @@
 namespace cli {
 namespace {
 
-ctstream::Format parse_format(const std::string& s) {
-  const auto f = ctstream::format_from_name(s);
-  const auto all = ctstream::writer_formats();
-  if (!f || std::find(all.begin(), all.end(), *f) == all.end())
-    throw std::invalid_argument("--format must be one of " + ctstream::writer_format_names() + "; got '" + s + "'");
-  return *f;
-}
-
-ctstream::QuantStrategy parse_strategy(const std::string& s) {
-  const auto st = ctstream::strategy_from_name(s);
-  if (!st || *st == ctstream::QuantStrategy::token || *st == ctstream::QuantStrategy::attn_head)
-    throw std::invalid_argument("--strategy must be tensor, channel, group, block or tensor_group");
-  return *st;
+/// The writer's rules on options (CompressOptions::validate, the format / strategy names) throw
+/// Error{invalid_argument}; typed on the command line they are usage errors (exit 2, "see ctstream
+/// --help"), as the CLI's own parse errors are.
+template <class F>
+auto usage_rule(F&& rule) {
+  try {
+    return rule();
+  } catch (const ctstream::Error& e) {
+    if (e.kind() != ctstream::ErrorKind::invalid_argument) throw;
+    throw std::invalid_argument(e.what());
+  }
 }
 
 uint64_t parse_uint(const std::string& flag, const std::string& v) {
@@ -94,15 +92,13 @@ const char* kHelp =
     "  --report FILE.json    per-tensor sizes and quantization error (max abs, SNR dB)\n"
     "  --overwrite --no-copy --no-errors --quiet --pread --threads N\n";
 
-int cmd_compress(int argc, char** argv) {
-  for (int i = 2; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::fputs(kHelp, stdout);
-      return 0;
-    }
-  // --targets / --ignore may repeat: collect them before the generic parser sees the rest.
-  std::vector<std::string> targets, ignore;
+namespace {
+
+/// Splits --targets / --ignore (repeatable) off argv; the rest goes to the generic parser.
+std::vector<char*> collect_targets(int argc, char** argv, std::vector<std::string>& targets,
+                                   std::vector<std::string>& ignore) {
   std::vector<char*> rest{argv[0], argv[1]};
+  // --targets / --ignore may repeat: collect them before the generic parser sees the rest.
   for (int i = 2; i < argc; ++i) {
     std::string s = argv[i];
     for (const char* flag : {"--targets", "--target", "--ignore"}) {
@@ -122,17 +118,17 @@ int cmd_compress(int argc, char** argv) {
     }
     if (!s.empty()) rest.push_back(argv[i]);
   }
-  Args a = parse(static_cast<int>(rest.size()), rest.data(), 2,
-                 {"--asymmetric", "--symmetric", "--prune-24", "--weight-only", "--no-fuse-global-scale", "--overwrite",
-                  "--no-copy", "--no-errors", "--quiet", "--pread"},
-                 {"--format", "--bits", "--group-size", "--strategy", "--block", "--dtype", "--shard-size", "--report",
-                  "--threads", "--rank", "--energy"});
-  if (a.pos.size() != 2) throw std::invalid_argument("compress needs IN (file or model dir) and OUT_DIR");
+  return rest;
+}
 
+/// The options a command line gives, checked by the writer's rules (usage errors, exit 2).
+ctstream::CompressOptions options_from(const Args& a, std::vector<std::string> targets,
+                                       std::vector<std::string> ignore) {
   ctstream::CompressOptions opt;
-  opt.format = parse_format(a.get("--format", "pack-quantized"));
+  opt.format = usage_rule([&] { return ctstream::writer_format_from_name(a.get("--format", "pack-quantized")); });
   if (a.has("--bits")) opt.num_bits = static_cast<unsigned>(parse_uint("--bits", a.get("--bits")));
-  if (a.has("--strategy")) opt.strategy = parse_strategy(a.get("--strategy"));
+  if (a.has("--strategy"))
+    opt.strategy = usage_rule([&] { return ctstream::writer_strategy_from_name(a.get("--strategy")); });
   if (a.has("--group-size")) {
     opt.group_size = parse_uint("--group-size", a.get("--group-size"));
     if (!opt.strategy) opt.strategy = ctstream::QuantStrategy::group;
@@ -158,74 +154,53 @@ int cmd_compress(int argc, char** argv) {
     } catch (const std::exception&) {
       pos = 0;
     }
-    if (pos != e.size() || e.empty() || !(opt.energy > 0 && opt.energy <= 1))
+    if (pos != e.size() || e.empty())
       throw std::invalid_argument("--energy needs a fraction in (0, 1], got '" + e + "'");
   }
-  if ((a.has("--rank") || a.has("--energy")) && opt.format != ctstream::Format::low_rank)
-    throw std::invalid_argument("--rank / --energy apply to --format low-rank");
-  if (opt.format == ctstream::Format::dense && !opt.dtype)
-    throw std::invalid_argument("--format dense needs --dtype (bf16, fp16 or fp32)");
   if (a.has("--shard-size")) opt.shard_bytes = ctstream::parse_bytes(a.get("--shard-size"));
-  if (opt.shard_bytes == 0) throw std::invalid_argument("--shard-size must be positive");
   opt.prune_24 = a.has("--prune-24");
   opt.input_activations = !a.has("--weight-only");
   opt.fuse_global_scales = !a.has("--no-fuse-global-scale");
   opt.overwrite = a.has("--overwrite");
   opt.copy_other_files = !a.has("--no-copy");
   opt.compute_errors = !a.has("--no-errors");
-  opt.targets = targets;
-  opt.ignore = ignore;
+  opt.targets = std::move(targets);
+  opt.ignore = std::move(ignore);
   opt.open = open_options(a);
-  const std::string scheme = ctstream::describe_scheme(opt);  // validates the combination early
+  usage_rule([&] { opt.validate(); });
 
-  const bool quiet = a.has("--quiet");
-  const bool tty = ::isatty(2) != 0;
-  if (!quiet) {
-    opt.progress = [tty](const ctstream::CompressProgress& p) {
-      const bool scan = p.phase == ctstream::CompressProgress::Phase::scan;
-      const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total)
-                                        : static_cast<double>(p.tensors_done) / std::max<size_t>(1, p.tensors_total);
-      if (tty) {
-        const int width = 24;
-        const int fill = static_cast<int>(frac * width);
-        std::string bar(static_cast<size_t>(fill), '=');
-        if (fill < width) bar += '>' + std::string(static_cast<size_t>(width - fill - 1), ' ');
-        const double eta = frac > 0 ? p.elapsed_s * (1 - frac) / frac : -1;
-        std::string name = p.tensor.size() > 40 ? "..." + p.tensor.substr(p.tensor.size() - 37) : p.tensor;
-        std::fprintf(stderr, "\r\033[K%s [%s] %zu/%zu tensors  %s/%s  ETA %s  %s", scan ? "scan " : "write",
-                     bar.c_str(), p.tensors_done, p.tensors_total, human_bytes(p.bytes_done).c_str(),
-                     human_bytes(p.bytes_total).c_str(), fmt_time(eta).c_str(), name.c_str());
-        if (!scan && p.tensors_done == p.tensors_total) std::fprintf(stderr, "\n");
-      } else {
-        std::fprintf(stderr, "%s [%zu/%zu] %s/%s %s\n", scan ? "scan" : "compress", p.tensors_done, p.tensors_total,
-                     human_bytes(p.bytes_done).c_str(), human_bytes(p.bytes_total).c_str(), p.tensor.c_str());
-      }
-      std::fflush(stderr);
-    };
-  }
-  SignalCancel signals;
-  opt.cancel = signals.flag();
+  return opt;
+}
 
-  ctstream::CompressReport rep;
-  try {
-    rep = ctstream::compress_checkpoint(a.pos[0], a.pos[1], opt);
-  } catch (const ctstream::Error& e) {
-    if (signals.cancelled()) {
-      if (tty && !quiet) std::fprintf(stderr, "\n");
-      std::fprintf(stderr, "ctstream compress: interrupted; no output was written\n");
-      return 130;
-    }
-    if (tty && !quiet) std::fprintf(stderr, "\n");
-    throw;
+/// One progress line: a bar with an ETA on a terminal, plain lines otherwise (stderr).
+void print_progress(const ctstream::CompressProgress& p, bool tty) {
+  const bool scan = p.phase == ctstream::CompressProgress::Phase::scan;
+  const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total)
+                                    : static_cast<double>(p.tensors_done) / std::max<size_t>(1, p.tensors_total);
+  if (tty) {
+    const int width = 24;
+    const int fill = static_cast<int>(frac * width);
+    std::string bar(static_cast<size_t>(fill), '=');
+    if (fill < width) bar += '>' + std::string(static_cast<size_t>(width - fill - 1), ' ');
+    const double eta = frac > 0 ? p.elapsed_s * (1 - frac) / frac : -1;
+    std::string name = p.tensor.size() > 40 ? "..." + p.tensor.substr(p.tensor.size() - 37) : p.tensor;
+    std::fprintf(stderr, "\r\033[K%s [%s] %zu/%zu tensors  %s/%s  ETA %s  %s", scan ? "scan " : "write", bar.c_str(),
+                 p.tensors_done, p.tensors_total, human_bytes(p.bytes_done).c_str(), human_bytes(p.bytes_total).c_str(),
+                 fmt_time(eta).c_str(), name.c_str());
+    if (!scan && p.tensors_done == p.tensors_total) std::fprintf(stderr, "\n");
+  } else {
+    std::fprintf(stderr, "%s [%zu/%zu] %s/%s %s\n", scan ? "scan" : "compress", p.tensors_done, p.tensors_total,
+                 human_bytes(p.bytes_done).c_str(), human_bytes(p.bytes_total).c_str(), p.tensor.c_str());
   }
+  std::fflush(stderr);
+}
 
-  if (a.has("--report")) {
-    ctstream::write_report_json(a.get("--report"), rep, opt);
-  }
-  if (quiet) return 0;
+/// The summary on stdout: files, sizes, the error of the lossy tensors, the other files.
+void print_summary(const ctstream::CompressReport& rep, const ctstream::CompressOptions& opt, const std::string& out,
+                   const std::string& scheme) {
   std::string counts;
   for (const auto& [k, v] : rep.format_counts) counts += (counts.empty() ? "" : ", ") + std::to_string(v) + " " + k;
-  std::printf("wrote %s: %zu files, %zu tensors (%s), scheme %s, %.2f s\n", a.pos[1].c_str(), rep.files.size(),
+  std::printf("wrote %s: %zu files, %zu tensors (%s), scheme %s, %.2f s\n", out.c_str(), rep.files.size(),
               rep.tensors.size(), counts.c_str(), scheme.c_str(), rep.seconds);
   std::printf("size: input %s -> output %s (ratio %.2fx)\n", human_bytes(rep.input_bytes).c_str(),
               human_bytes(rep.output_bytes).c_str(), rep.ratio());
@@ -251,6 +226,52 @@ int cmd_compress(int argc, char** argv) {
   }
   if (!rep.copied.empty() || !rep.skipped.empty())
     std::printf("other files: %zu copied, %zu weight files left out\n", rep.copied.size(), rep.skipped.size());
+}
+
+}  // namespace
+
+int cmd_compress(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::fputs(kHelp, stdout);
+      return 0;
+    }
+  std::vector<std::string> targets, ignore;
+  std::vector<char*> rest = collect_targets(argc, argv, targets, ignore);
+  Args a = parse(static_cast<int>(rest.size()), rest.data(), 2,
+                 {"--asymmetric", "--symmetric", "--prune-24", "--weight-only", "--no-fuse-global-scale", "--overwrite",
+                  "--no-copy", "--no-errors", "--quiet", "--pread"},
+                 {"--format", "--bits", "--group-size", "--strategy", "--block", "--dtype", "--shard-size", "--report",
+                  "--threads", "--rank", "--energy"});
+  if (a.pos.size() != 2) throw std::invalid_argument("compress needs IN (file or model dir) and OUT_DIR");
+
+  ctstream::CompressOptions opt = options_from(a, std::move(targets), std::move(ignore));
+  const std::string scheme = ctstream::describe_scheme(opt);  // validates the combination early
+
+  const bool quiet = a.has("--quiet");
+  const bool tty = ::isatty(2) != 0;
+  if (!quiet) opt.progress = [tty](const ctstream::CompressProgress& p) { print_progress(p, tty); };
+  SignalCancel signals;
+  opt.cancel = signals.flag();
+
+  ctstream::CompressReport rep;
+  try {
+    rep = ctstream::compress_checkpoint(a.pos[0], a.pos[1], opt);
+  } catch (const ctstream::Error& e) {
+    if (signals.cancelled()) {
+      if (tty && !quiet) std::fprintf(stderr, "\n");
+      std::fprintf(stderr, "ctstream compress: interrupted; no output was written\n");
+      return 130;
+    }
+    if (tty && !quiet) std::fprintf(stderr, "\n");
+    throw;
+  }
+
+  if (a.has("--report")) {
+    ctstream::write_report_json(a.get("--report"), rep, opt);
+  }
+  if (quiet) return 0;
+  print_summary(rep, opt, a.pos[1], scheme);
   return 0;
 }
 

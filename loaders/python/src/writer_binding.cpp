@@ -75,20 +75,9 @@ CompressOptions options_from(const nb::dict& d) {
       raise("invalid_argument", "unknown writer option '" + key + "'");
   }
   CompressOptions o;
-  if (auto f = get<std::string>(d, "format")) {
-    const auto fmt = ctstream::format_from_name(*f);
-    const auto all = ctstream::writer_formats();
-    if (!fmt || std::find(all.begin(), all.end(), *fmt) == all.end())
-      raise("invalid_argument", "format must be one of " + ctstream::writer_format_names() + "; got '" + *f + "'");
-    o.format = *fmt;
-  }
+  if (auto f = get<std::string>(d, "format")) o.format = ctstream::writer_format_from_name(*f);
   if (auto b = get<unsigned>(d, "bits")) o.num_bits = *b;
-  if (auto s = get<std::string>(d, "strategy")) {
-    const auto st = ctstream::strategy_from_name(*s);
-    if (!st || *st == ctstream::QuantStrategy::token || *st == ctstream::QuantStrategy::attn_head)
-      raise("invalid_argument", "strategy must be tensor, channel, group, block or tensor_group; got '" + *s + "'");
-    o.strategy = *st;
-  }
+  if (auto s = get<std::string>(d, "strategy")) o.strategy = ctstream::writer_strategy_from_name(*s);
   if (auto g = get<uint64_t>(d, "group_size")) {
     o.group_size = *g;
     if (!o.strategy) o.strategy = ctstream::QuantStrategy::group;
@@ -107,14 +96,10 @@ CompressOptions options_from(const nb::dict& d) {
   if (auto v = get<std::vector<std::string>>(d, "ignore")) o.ignore = *v;
   if (auto s = get<std::string>(d, "dtype")) {
     const auto dt = ctstream::dtype_from_user(*s);
-    if (!dt || !ctstream::is_float_output(*dt))
-      raise("invalid_argument", "dtype must be bfloat16, float16 or float32; got '" + *s + "'");
-    o.dtype = *dt;
+    if (!dt) raise("invalid_argument", "dtype must be bfloat16, float16 or float32; got '" + *s + "'");
+    o.dtype = *dt;  // a dtype that is not a float output: describe_scheme() below
   }
-  if (auto v = get<uint64_t>(d, "shard_size")) {
-    if (*v == 0) raise("invalid_argument", "shard_size must be positive");
-    o.shard_bytes = *v;
-  }
+  if (auto v = get<uint64_t>(d, "shard_size")) o.shard_bytes = *v;
   if (auto v = get<bool>(d, "overwrite")) o.overwrite = *v;
   if (auto v = get<bool>(d, "copy_other_files")) o.copy_other_files = *v;
   if (auto v = get<bool>(d, "compute_errors")) o.compute_errors = *v;
@@ -123,8 +108,7 @@ CompressOptions options_from(const nb::dict& d) {
     o.open.io = *s == "mmap" ? ctstream::IoMode::mmap : ctstream::IoMode::pread;
   }
   if (auto v = get<unsigned>(d, "threads")) o.open.threads = *v;
-  if (o.format == ctstream::Format::dense && !o.dtype)
-    raise("invalid_argument", "format 'dense' needs dtype (bfloat16, float16 or float32)");
+  o.validate();                        // the writer's rules on the options, as the CLI applies them
   (void)ctstream::describe_scheme(o);  // an inconsistent combination fails here, before any work
   return o;
 }
