@@ -1,5 +1,6 @@
 // ctstream — umbrella header: the whole public C++ API.
 #pragma once
+#include "ctstream/bytes.hpp"
 #include "ctstream/checkpoint.hpp"
 #include "ctstream/cuda.hpp"
 #include "ctstream/decompress.hpp"

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "ctstream/bytes.hpp"  // parse_bytes, for budgets
 #include "ctstream/checkpoint.hpp"
 
 namespace ctstream {
@@ -80,9 +81,5 @@ class Stream {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-/// Parses a byte count: "512MB", "2GiB", "1.5G", "1048576" (decimal K/M/G/T = 1000^n,
-/// KiB/MiB/GiB/TiB = 1024^n). Throws Error{invalid_argument}.
-uint64_t parse_bytes(const std::string& text);
 
 }  // namespace ctstream
