@@ -1,0 +1,139 @@
+// The fetch engine and RemoteFile against a real S3 server (rclone serve s3, started by
+// remote_server.hpp; the tests SKIP when rclone is not installed).
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "io/http_client.hpp"
+#include "io/remote_file.hpp"
+#include "io/url.hpp"
+#include "remote_server.hpp"
+
+namespace fs = std::filesystem;
+using ctstream::Error;
+using ctstream::ErrorKind;
+
+namespace {
+constexpr size_t blob_size = (3 << 20) + 17;
+const std::vector<std::byte>& blob() {
+  static const std::vector<std::byte> b = th::random_bytes(blob_size, 29);
+  return b;
+}
+}  // namespace
+
+void th::S3Server::populate(const fs::path& bucket) {
+  th::write_file(bucket / "blob.bin", blob());
+  th::write_file(bucket / "empty.bin", {});
+  fs::create_directories(bucket / "dir");
+  th::write_file(bucket / "dir/sp ace+plus.json", th::random_bytes(100, 1));
+}
+
+#define REQUIRE_S3(server)                    \
+  th::S3Server& server = th::S3Server::get(); \
+  if (!server.why_not.empty()) REMOTE_SKIP(server.why_not);
+
+namespace {
+ctstream::io::HttpOptions fast() {
+  ctstream::io::HttpOptions o;
+  o.max_attempts = 2;
+  o.backoff_base_s = 0.01;
+  o.max_total_s = 10;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("remote: size/ETag probe and ranged reads equal the local bytes", "[remote][s3]") {
+  REQUIRE_S3(srv);
+  th::S3Env env(srv);
+  ctstream::io::HttpClient client(fast());
+  auto f = ctstream::io::RemoteFile::open("s3://bkt/blob.bin", client);
+  CHECK(f->size() == blob_size);
+  CHECK(f->mode() == ctstream::io::Mode::remote);
+  CHECK(f->etag().size() == 34);  // "md5"
+  CHECK(f->view(0, 10).empty());
+  std::mt19937_64 rng(7);
+  // Random ranges (the end of the object included), from 4 threads at once.
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, seed = rng()] {
+      std::mt19937_64 r(seed);
+      for (int i = 0; i < 12; ++i) {
+        const uint64_t off = r() % blob_size;
+        const uint64_t n = 1 + r() % std::min<uint64_t>(blob_size - off, 700000);
+        std::vector<std::byte> out(n);
+        f->read_at(off, out);
+        if (std::memcmp(out.data(), blob().data() + off, n) != 0) ++bad;
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(bad == 0);
+  std::vector<std::byte> all(blob_size);
+  f->read_at(0, all);
+  CHECK(all == blob());
+  const auto st = client.stats();
+  CHECK(st.requests == 1 + 48 + 1);
+  CHECK(st.retries == 0);
+  // Past the end: refused before any request.
+  std::vector<std::byte> two(2);
+  CHECK(th::error_kind([&] { f->read_at(blob_size - 1, two); }) == ErrorKind::truncated);
+  CHECK(client.stats().requests == st.requests);
+}
+
+TEST_CASE("remote: empty object, encoded key, small-object reads", "[remote][s3]") {
+  REQUIRE_S3(srv);
+  th::S3Env env(srv);
+  ctstream::io::HttpClient client(fast());
+  auto e = ctstream::io::RemoteFile::open("s3://bkt/empty.bin", client);
+  CHECK(e->size() == 0);
+  auto k = ctstream::io::RemoteFile::open("s3://bkt/dir/sp ace+plus.json", client);
+  CHECK(k->size() == 100);
+  CHECK(ctstream::io::read_small_remote("s3://bkt/dir/sp ace+plus.json", 100, client).size() == 100);
+  CHECK(th::error_kind([&] { ctstream::io::read_small_remote("s3://bkt/dir/sp ace+plus.json", 99, client); }) ==
+        ErrorKind::header_too_large);
+  CHECK(ctstream::io::read_small_remote("s3://bkt/empty.bin", 10, client).empty());
+}
+
+TEST_CASE("remote: a missing object is file_not_found, a wrong secret a clear error", "[remote][s3]") {
+  REQUIRE_S3(srv);
+  {
+    th::S3Env env(srv);
+    ctstream::io::HttpClient client(fast());
+    try {
+      ctstream::io::RemoteFile::open("s3://bkt/nope.bin", client);
+      FAIL("no error");
+    } catch (const Error& err) {
+      CHECK(err.kind() == ErrorKind::file_not_found);
+      CHECK_THAT(err.what(), Catch::Contains("s3://bkt/nope.bin"));
+    }
+  }
+  th::S3Env env(srv, "wrong-SECRET-sentinel");
+  ctstream::io::HttpClient client(fast());
+  try {
+    ctstream::io::RemoteFile::open("s3://bkt/blob.bin", client);
+    FAIL("no error");
+  } catch (const Error& err) {
+    const std::string msg = err.what();
+    INFO(msg);
+    CHECK(err.kind() == ErrorKind::io);
+    CHECK_THAT(msg, Catch::Contains("s3://bkt/blob.bin") && Catch::Contains("403"));
+    CHECK(msg.find("SECRET") == std::string::npos);
+    CHECK(msg.find(th::S3Server::key) == std::string::npos);
+  }
+  CHECK(client.stats().retries == 0);
+}
+
+TEST_CASE("remote: nothing listening is retried, then an io error naming the URL", "[remote]") {
+  ctstream::io::HttpClient client(fast());
+  ctstream::io::HttpTarget t =
+      ctstream::io::http_target(ctstream::io::parse_url("http://127.0.0.1:" + std::to_string(th::free_port()) + "/x"));
+  try {
+    client.probe(t);
+    FAIL("no error");
+  } catch (const Error& err) {
+    CHECK(err.kind() == ErrorKind::io);
+    CHECK_THAT(err.what(), Catch::Contains("gave up after 2 attempt(s)") && Catch::Contains("127.0.0.1"));
+  }
+  CHECK(client.stats().retries == 1);
+}
