@@ -27,6 +27,7 @@ void th::S3Server::populate(const fs::path& bucket) {
   th::write_file(bucket / "empty.bin", {});
   fs::create_directories(bucket / "dir");
   th::write_file(bucket / "dir/sp ace+plus.json", th::random_bytes(100, 1));
+  th::copy_remote_fixtures(bucket);
 }
 
 #define REQUIRE_S3(server)                    \
