@@ -339,9 +339,15 @@ void HttpClient::read(const HttpTarget& t, const ObjectInfo& pinned, uint64_t of
 }
 
 std::string HttpClient::read_head(const HttpTarget& t, uint64_t max_bytes, ObjectInfo& info) {
-  std::string s(std::max<uint64_t>(max_bytes, 1), '\0');
+  // One request of at most 64 KiB learns the size: a small object costs one request, and memory
+  // follows the object, not the cap.
+  constexpr uint64_t first_request = 64 * 1024;
+  std::string s(std::clamp<uint64_t>(max_bytes, 1, first_request), '\0');
   const uint64_t got = fetch(t, 0, std::as_writable_bytes(std::span<char>(s.data(), s.size())), nullptr, info);
-  s.resize(std::min<uint64_t>(got, max_bytes));
+  s.resize(got);
+  if (got < first_request || info.size <= got || info.size > max_bytes) return s;
+  s.resize(info.size);
+  read(t, info, got, std::as_writable_bytes(std::span<char>(s.data() + got, s.size() - got)));
   return s;
 }
 

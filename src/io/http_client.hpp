@@ -78,9 +78,9 @@ class HttpClient {
   /// Thread-safe. Error{truncated} when the range runs past pinned.size.
   void read(const HttpTarget& t, const ObjectInfo& pinned, uint64_t offset, std::span<std::byte> out);
 
-  /// Reads at most `max_bytes` from offset 0 of an object whose size is not known yet (one
-  /// request: config.json, the index); `info` receives size and ETag. Returns the bytes read
-  /// (min(size, max_bytes)).
+  /// Reads a whole object whose size is not known yet (config.json, the index): `info` receives
+  /// size and ETag. The first request asks for at most 64 KiB; an object larger than `max_bytes`
+  /// is not read further (the caller refuses it by info.size), so memory follows the object.
   std::string read_head(const HttpTarget& t, uint64_t max_bytes, ObjectInfo& info);
 
   HttpStats stats() const noexcept;

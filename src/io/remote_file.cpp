@@ -34,7 +34,7 @@ void RemoteFile::read_at(uint64_t offset, std::span<std::byte> out) const { clie
 std::string read_small_remote(std::string_view url, uint64_t max_bytes, HttpClient& client) {
   const HttpTarget t = remote_target(url);
   ObjectInfo info;
-  std::string s = client.read_head(t, max_bytes + 1, info);
+  std::string s = client.read_head(t, max_bytes, info);
   if (info.size > max_bytes)
     throw Error(ErrorKind::header_too_large, t.display, "",
                 "object is " + std::to_string(info.size) + " bytes, over the limit of " + std::to_string(max_bytes));

@@ -42,8 +42,8 @@ class RemoteFile final : public File {
 /// The request target of `url` (s3:// under load_s3_config(), or http(s)://).
 HttpTarget remote_target(std::string_view url);
 
-/// Reads a whole small remote object (config.json, index) with one capped request: an object
-/// larger than `max_bytes` is Error{header_too_large} (only max_bytes + 1 bytes are transferred).
+/// Reads a whole small remote object (config.json, index): an object larger than `max_bytes` is
+/// Error{header_too_large} after one request of at most 64 KiB.
 std::string read_small_remote(std::string_view url, uint64_t max_bytes, HttpClient& client = default_http_client());
 
 }  // namespace ctstream::io

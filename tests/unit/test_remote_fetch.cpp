@@ -94,6 +94,14 @@ TEST_CASE("remote: empty object, encoded key, small-object reads", "[remote][s3]
   CHECK(th::error_kind([&] { ctstream::io::read_small_remote("s3://bkt/dir/sp ace+plus.json", 99, client); }) ==
         ErrorKind::header_too_large);
   CHECK(ctstream::io::read_small_remote("s3://bkt/empty.bin", 10, client).empty());
+  // Larger than the first 64 KiB request: the rest in a second one, pinned to the first's ETag.
+  const auto before = client.stats().requests;
+  const std::string whole = ctstream::io::read_small_remote("s3://bkt/blob.bin", 4 << 20, client);
+  CHECK(client.stats().requests == before + 2);
+  REQUIRE(whole.size() == blob_size);
+  CHECK(std::memcmp(whole.data(), blob().data(), blob_size) == 0);
+  CHECK(th::error_kind([&] { ctstream::io::read_small_remote("s3://bkt/blob.bin", 1 << 20, client); }) ==
+        ErrorKind::header_too_large);
 }
 
 TEST_CASE("remote: a missing object is file_not_found, a wrong secret a clear error", "[remote][s3]") {
