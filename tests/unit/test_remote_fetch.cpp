@@ -146,3 +146,51 @@ TEST_CASE("remote: nothing listening is retried, then an io error naming the URL
   }
   CHECK(client.stats().retries == 1);
 }
+
+TEST_CASE("remote: will_need fills a bounded chunk cache that read_at and release use", "[remote][s3]") {
+  REQUIRE_S3(srv);
+  th::S3Env env(srv);
+  ctstream::io::HttpClient client(fast());
+  const auto target = ctstream::io::remote_target("s3://bkt/blob.bin");
+  const auto info = client.probe(target);
+  ctstream::io::RemoteCacheOptions co;
+  co.chunk_bytes = 256 << 10;
+  co.prefetch_bytes = 1 << 20;
+  co.workers = 2;
+  {
+    ctstream::io::RemoteFile f(target, info, client, "s3://bkt/blob.bin", co);
+    f.will_need(0, blob_size);  // only the first 4 chunks fit the cap
+    CHECK(f.cached_bytes() == (1u << 20));
+    std::vector<std::byte> out(500000);
+    f.read_at(100, out);
+    CHECK(std::memcmp(out.data(), blob().data() + 100, out.size()) == 0);
+    CHECK(client.stats().requests == 1 + 4);  // probe + 4 chunks; the read came from the cache
+    f.read_at(900000, out);                   // runs past the cached chunks: one direct GET
+    CHECK(std::memcmp(out.data(), blob().data() + 900000, out.size()) == 0);
+    CHECK(client.stats().requests == 1 + 4 + 1);
+    f.release(0, 512 << 10, false);
+    CHECK(f.cached_bytes() <= (512u << 10));
+    f.release(0, blob_size, false);  // a chunk still in flight is dropped when its fetch ends
+    for (int i = 0; i < 200 && f.cached_bytes() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(f.cached_bytes() == 0);
+    // Readers, prefetch and release racing: every read still equals the object.
+    std::vector<std::thread> threads;
+    std::atomic<int> bad{0};
+    for (int t = 0; t < 3; ++t)
+      threads.emplace_back([&, seed = t] {
+        std::mt19937_64 r(seed);
+        for (int i = 0; i < 20; ++i) {
+          const uint64_t off = r() % blob_size, n = 1 + r() % std::min<uint64_t>(blob_size - off, 400000);
+          f.will_need(off, n);
+          std::vector<std::byte> o(n);
+          f.read_at(off, o);
+          if (std::memcmp(o.data(), blob().data() + off, n) != 0) ++bad;
+          f.release(off, n, false);
+        }
+      });
+    for (auto& t : threads) t.join();
+    CHECK(bad == 0);
+    CHECK(f.peak_cached_bytes() <= co.prefetch_bytes);
+  }
+  CHECK(client.stats().retries == 0);
+}
