@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "ctstream/checkpoint.hpp"
+#include "ctstream/stream.hpp"
 #include "remote_server.hpp"
 
 namespace fs = std::filesystem;
@@ -59,4 +60,33 @@ TEST_CASE("remote: layout errors keep their local kinds", "[remote][s3]") {
   CHECK(th::error_kind([] { Checkpoint::open("s3://bkt/ck/nothing-here"); }) == ErrorKind::file_not_found);
   CHECK(th::error_kind([] { Checkpoint::open("s3://bkt/ck/nothing.safetensors"); }) == ErrorKind::file_not_found);
   CHECK(th::error_kind([] { Checkpoint::open("s3://"); }) == ErrorKind::invalid_argument);
+}
+
+TEST_CASE("remote: a Stream over an s3:// checkpoint delivers what the local one does", "[remote][s3]") {
+  REQUIRE_S3(srv);
+  th::S3Env env(srv);
+  const Checkpoint local = Checkpoint::open(th::fixtures() / "st/sharded");
+  const Checkpoint remote = Checkpoint::open("s3://bkt/ck/st/sharded");
+  ctstream::StreamOptions so;
+  so.dtype = ctstream::DType::F32;
+  so.budget_bytes = 64 << 10;
+  ctstream::Stream a(local, so), b(remote, so);
+  size_t n = 0;
+  while (auto x = a.next()) {
+    auto y = b.next();
+    REQUIRE(y.has_value());
+    CHECK(y->info->name == x->info->name);
+    CHECK(std::equal(x->data.begin(), x->data.end(), y->data.begin(), y->data.end()));
+    ++n;
+  }
+  CHECK_FALSE(b.next().has_value());
+  CHECK(n == local.tensors().size());
+  // Zero-copy views do not exist for remote files; the message says so.
+  try {
+    (void)remote.part_view(remote.tensors().front().parts.front());
+    FAIL("no error");
+  } catch (const ctstream::Error& e) {
+    CHECK(e.kind() == ErrorKind::unsupported);
+    CHECK_THAT(e.what(), Catch::Contains("remote"));
+  }
 }
