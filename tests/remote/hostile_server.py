@@ -6,7 +6,9 @@ section 5.2). Usage: hostile_server.py PORT. GET /MODE/obj serves a fixed 256 Ki
 Modes: ok, short_once (the first answer sends half its body then closes), short_always,
 endless (206 without Content-Length, streams forever), ignore_range (200 with the whole object),
 etag_flip (the ETag changes after the first answer), slowdown_once (503 SlowDown first),
-long_body (Content-Length larger than the range)."""
+long_body (Content-Length larger than the range). With a second argument DIR, GET /files/REL
+serves DIR/REL as a plain https-like server would (206 ranges, ETag from size and mtime, 404)."""
+import os
 import http.server
 import re
 import socketserver
@@ -33,6 +35,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
         if not m:
             self.send_error(400)
+            return
+        if mode == "files":
+            self.serve_file(int(m.group(1)), int(m.group(2)))
             return
         a, b = int(m.group(1)), min(int(m.group(2)), SIZE - 1)
         if a >= SIZE:
@@ -86,6 +91,34 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+    def serve_file(self, a, b):
+        rel = self.path.split("/", 2)[2]
+        path = os.path.realpath(os.path.join(ROOT, rel))
+        if not ROOT or not path.startswith(ROOT + os.sep) or not os.path.isfile(path):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        st = os.stat(path)
+        size = st.st_size
+        if a >= size:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        b = min(b, size - 1)
+        with open(path, "rb") as f:
+            f.seek(a)
+            body = f.read(b - a + 1)
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {a}-{b}/{size}")
+        self.send_header("ETag", f'"{size:x}-{st.st_mtime_ns:x}"')
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -93,6 +126,8 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def handle_error(self, request, client_address):
         pass  # clients that hang up mid-answer (the endless mode) are expected
 
+
+ROOT = os.path.realpath(sys.argv[2]) if len(sys.argv) > 2 else ""
 
 if __name__ == "__main__":
     Server(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
+#include "ctstream/checkpoint.hpp"
 #include "io/http_client.hpp"
 #include "io/url.hpp"
 #include "remote_server.hpp"
@@ -22,7 +23,7 @@ struct Hostile {
   Hostile() {
     port = th::free_port();
     const std::string script = (th::fixtures() / "../remote/hostile_server.py").string();
-    pid = th::spawn_listening({"python3", script, std::to_string(port)}, port, why_not);
+    pid = th::spawn_listening({"python3", script, std::to_string(port), th::fixtures().string()}, port, why_not);
   }
   ~Hostile() { th::stop_child(pid); }
   static Hostile& get() {
@@ -113,4 +114,25 @@ TEST_CASE("remote hostile: a changed ETag, throttling", "[remote][hostile]") {
   io::HttpClient c2(fast());
   c2.read(h.target("slowdown_once", 1), io::ObjectInfo{kSize, "\"v1\""}, 0, out);
   CHECK(c2.stats().retries == 1);
+}
+
+TEST_CASE("remote: Checkpoint::open on an http:// URL (no S3, no signing)", "[remote][hostile]") {
+  REQUIRE_HOSTILE(h);
+  const std::string base = "http://127.0.0.1:" + std::to_string(h.port) + "/files/";
+  for (const char* name :
+       {"ct/v012_pack_w4_g32_sym_bf16", "st/sharded", "ct/v012_sparse_bitmask_bf16/model.safetensors"}) {
+    INFO(name);
+    const auto local = ctstream::Checkpoint::open(th::fixtures() / name);
+    const auto remote = ctstream::Checkpoint::open(base + name);
+    REQUIRE(remote.tensors().size() == local.tensors().size());
+    for (const auto& t : local.tensors()) {
+      const auto* r = remote.find(t.name);
+      REQUIRE(r != nullptr);
+      std::vector<std::byte> want(t.decoded_bytes(t.dtype)), got(want.size());
+      local.decode_into(t, want, t.dtype);
+      remote.decode_into(*r, got, r->dtype);
+      CHECK(got == want);
+    }
+  }
+  CHECK(th::error_kind([&] { ctstream::Checkpoint::open(base + "nothing/here"); }) == ErrorKind::file_not_found);
 }
