@@ -13,6 +13,8 @@
 #include <random>
 #include <thread>
 
+#include <unistd.h>
+
 #include "ctstream/error.hpp"
 #include "io/http_response.hpp"
 
@@ -73,15 +75,21 @@ HttpOptions HttpOptions::from_env() {
   return o;
 }
 
-HttpClient::HttpClient(HttpOptions opt) : opt_(opt) { global_init(); }
+HttpClient::HttpClient(HttpOptions opt) : opt_(opt), owner_pid_(static_cast<int>(getpid())) { global_init(); }
 
 HttpClient::~HttpClient() {
-  for (void* h : idle_) curl_easy_cleanup(static_cast<CURL*>(h));
+  if (getpid() == owner_pid_)
+    for (void* h : idle_) curl_easy_cleanup(static_cast<CURL*>(h));
 }
 
 void* HttpClient::acquire() {
   {
     std::lock_guard lock(mu_);
+    if (const int pid = static_cast<int>(getpid()); pid != owner_pid_) {
+      // A fork()ed child: the parent's handles share its sockets (and TLS state); leave them.
+      idle_.clear();
+      owner_pid_ = pid;
+    }
     if (!idle_.empty()) {
       void* h = idle_.back();
       idle_.pop_back();

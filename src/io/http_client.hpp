@@ -98,6 +98,7 @@ class HttpClient {
   HttpOptions opt_;
   std::mutex mu_;
   std::vector<void*> idle_;  // CURL* easy handles
+  int owner_pid_;            // idle handles (and their connections) belong to this process
   std::atomic<uint64_t> requests_{0}, retries_{0}, bytes_{0};
 };
 

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <utility>
 
+#include <unistd.h>
+
 #include "ctstream/error.hpp"
 #include "io/aws_config.hpp"
 #include "io/url.hpp"
@@ -24,7 +26,8 @@ RemoteFile::RemoteFile(HttpTarget target, ObjectInfo info, HttpClient& client, s
       target_(std::move(target)),
       info_(std::move(info)),
       client_(client),
-      cache_opt_(cache) {
+      cache_opt_(cache),
+      owner_pid_(static_cast<int>(getpid())) {
   id_.path = path_;
 }
 
@@ -36,7 +39,7 @@ std::unique_ptr<RemoteFile> RemoteFile::open(std::string_view url, HttpClient& c
 
 void RemoteFile::read_at(uint64_t offset, std::span<std::byte> out) const {
   if (out.empty()) return;
-  if (offset <= size_ && out.size() <= size_ - offset && copy_from_cache(offset, out)) return;
+  if (offset <= size_ && out.size() <= size_ - offset && getpid() == owner_pid_ && copy_from_cache(offset, out)) return;
   client_.read(target_, info_, offset, out);
 }
 
@@ -61,6 +64,10 @@ RemoteCacheOptions RemoteCacheOptions::from_env() {
 }
 
 RemoteFile::~RemoteFile() {
+  if (getpid() != owner_pid_) {                               // the workers are the parent's: nothing to join here
+    (void)new std::vector<std::thread>(std::move(workers_));  // leaked: no call on another process's threads
+    return;
+  }
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -103,7 +110,7 @@ void RemoteFile::work() const {
 
 void RemoteFile::will_need(uint64_t offset, uint64_t n) const noexcept {
   const uint64_t cb = cache_opt_.chunk_bytes;
-  if (n == 0 || cache_opt_.prefetch_bytes == 0 || offset >= size_) return;
+  if (n == 0 || cache_opt_.prefetch_bytes == 0 || offset >= size_ || getpid() != owner_pid_) return;
   n = std::min(n, size_ - offset);
   try {
     std::lock_guard lock(mu_);

@@ -8,7 +8,8 @@
 // read_at() (thread-safe: decoders call it from OpenMP threads) copies out of cached chunks when
 // they cover the whole range (waiting for those in flight) and otherwise is one ranged GET
 // straight into the caller's span; release() drops the chunks inside a range. A failed prefetch
-// is forgotten: the read then fetches directly and reports its own error.
+// is forgotten: the read then fetches directly and reports its own error. In a fork()ed child
+// (vLLM forks workers) the parent's workers do not exist: the cache is bypassed there.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -78,6 +79,7 @@ class RemoteFile final : public File {
   mutable uint64_t held_ = 0, peak_ = 0;
   mutable bool stop_ = false;
   mutable std::vector<std::thread> workers_;
+  int owner_pid_;  // the cache and its workers belong to this process (a fork()ed child skips them)
 };
 
 /// The request target of `url` (s3:// under load_s3_config(), or http(s)://).
