@@ -64,8 +64,14 @@ RemoteCacheOptions RemoteCacheOptions::from_env() {
 }
 
 RemoteFile::~RemoteFile() {
-  if (getpid() != owner_pid_) {                               // the workers are the parent's: nothing to join here
-    (void)new std::vector<std::thread>(std::move(workers_));  // leaked: no call on another process's threads
+  if (getpid() != owner_pid_) {
+    // A fork()ed child: the workers are the parent's threads, which do not exist here. Their
+    // std::thread objects are leaked (never joined, detached or destroyed).
+    try {
+      (void)new std::vector<std::thread>(std::move(workers_));
+    } catch (...) {
+      for (auto& w : workers_) w.detach();
+    }
     return;
   }
   {
