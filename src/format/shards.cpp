@@ -3,6 +3,7 @@
 #include "format/low_rank.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -67,9 +68,28 @@ fs::path find_index(const fs::path& dir) {
 }
 
 void read_index(ShardSet& lay, const fs::path& dir, uint64_t max_json) {
+  const std::string text = io::read_small_file(lay.index_path, max_json, &lay.index_id);
+  fill_from_index(lay, text, [&](const std::string& shard) {
+    fs::path p = dir / shard;
+    return probe(p, "a shard named by the index") == Kind::file ? p : fs::path{};
+  });
+}
+
+}  // namespace
+
+bool is_contained_name(const std::string& name) {
+  if (name.empty() || name.find('\0') != std::string::npos) return false;
+  fs::path p(name);
+  if (p.is_absolute() || p.has_root_name() || p.has_root_directory()) return false;
+  for (const auto& part : p)
+    if (part == "..") return false;
+  return p.has_filename();
+}
+
+void fill_from_index(ShardSet& lay, std::string_view text,
+                     const std::function<std::filesystem::path(const std::string&)>& resolve) {
   const std::string file = lay.index_path.string();
-  const nlohmann::json j = parse_json(io::read_small_file(lay.index_path, max_json, &lay.index_id),
-                                      ErrorKind::invalid_header, file, "index");
+  const nlohmann::json j = parse_json(text, ErrorKind::invalid_header, file, "index");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw Error(ErrorKind::invalid_header, file, "", "index has no \"weight_map\" object");
   std::map<std::string, uint32_t> shard_ids;
@@ -85,26 +105,15 @@ void read_index(ShardSet& lay, const fs::path& dir, uint64_t max_json) {
   for (const auto& shard : unique) {
     if (!is_contained_name(shard))
       throw Error(ErrorKind::invalid_shard, file, "", "shard name '" + shard + "' escapes the checkpoint directory");
-    fs::path p = dir / shard;
-    if (probe(p, "a shard named by the index") != Kind::file)
+    fs::path p = resolve(shard);
+    if (p.empty())
       throw Error(ErrorKind::missing_shard, file, "", "shard '" + shard + "' named by the index does not exist");
     shard_ids.emplace(shard, static_cast<uint32_t>(lay.files.size()));
-    lay.files.push_back(p);
+    lay.files.push_back(std::move(p));
   }
   size_t i = 0;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it, ++i)
     lay.weight_map.emplace(it.key(), shard_ids.at(names[i]));
-}
-
-}  // namespace
-
-bool is_contained_name(const std::string& name) {
-  if (name.empty() || name.find('\0') != std::string::npos) return false;
-  fs::path p(name);
-  if (p.is_absolute() || p.has_root_name() || p.has_root_directory()) return false;
-  for (const auto& part : p)
-    if (part == "..") return false;
-  return p.has_filename();
 }
 
 ShardSet discover_shards(const fs::path& path, uint64_t max_json) {

@@ -3,8 +3,10 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "io/file.hpp"
@@ -23,6 +25,20 @@ struct ShardSet {
 /// Finds the files of the checkpoint at `path`. Shard names from an index must stay inside the
 /// directory (no absolute paths, no `..`) and must exist. Throws ctstream::Error.
 ShardSet discover_shards(const std::filesystem::path& path, uint64_t max_json_bytes);
+
+/// The shards of an index (`*.safetensors.index.json` text; lay.index_path names it in errors):
+/// every shard name contained (Error{invalid_shard}), `resolve(name)` gives its path, or an empty
+/// path when it does not exist (Error{missing_shard}). Fills lay.files and lay.weight_map.
+void fill_from_index(ShardSet& lay, std::string_view text,
+                     const std::function<std::filesystem::path(const std::string&)>& resolve);
+
+/// The files of a remote checkpoint (s3://bucket/prefix, http(s)://host/path; `url` as given): a
+/// URL whose last segment ends in ".safetensors" is one file (with config.json beside it when
+/// present), anything else a directory prefix holding config.json (optional), then
+/// model.safetensors.index.json and the shards it names, or else model.safetensors. No listing:
+/// other index names are not found. ShardSet paths hold the URLs. Same error kinds as
+/// discover_shards. Remote builds only (CTSTREAM_REMOTE).
+ShardSet discover_remote_shards(const std::string& url, uint64_t max_json_bytes);
 
 /// True when `name` is a relative path that cannot leave its directory.
 bool is_contained_name(const std::string& name);

@@ -11,7 +11,8 @@
 
 namespace ctstream::io {
 
-enum class Mode : uint8_t { mmap, pread };
+/// `remote`: an object read by ranged GETs (io/remote_file.hpp); never produced by File::open.
+enum class Mode : uint8_t { mmap, pread, remote };
 
 /// Which file a path named when it was opened: (st_dev, st_ino) of the open descriptor. Writers
 /// compare an output against the identities a reader recorded (io/output.hpp): a link, a hard

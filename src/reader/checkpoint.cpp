@@ -1,6 +1,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
+#include <string>
+#include <string_view>
 
 #include "core/boundary.hpp"
 #include "core/checked.hpp"
@@ -12,6 +15,9 @@
 #include "format/shards.hpp"
 #include "reader/internal.hpp"
 #include "reader/rows.hpp"
+#ifdef CTSTREAM_HAVE_REMOTE
+#include "io/remote_file.hpp"
+#endif
 
 namespace fs = std::filesystem;
 
@@ -52,12 +58,46 @@ unsigned ScopedDecodeThreads::current() { return t_decode_threads; }
 
 namespace {
 
-std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::ShardSet& lay) {
+/// `s3://`, `http://` or `https://` (scheme case-insensitive), tested on the native string before
+/// any std::filesystem call (a URL must never be normalised). Also in builds without remote code,
+/// which refuse such paths instead of looking them up as local names.
+bool looks_remote(const std::string& s) {
+  const auto starts = [&](std::string_view scheme) {
+    if (s.size() < scheme.size()) return false;
+    for (size_t i = 0; i < scheme.size(); ++i)
+      if (std::tolower(static_cast<unsigned char>(s[i])) != scheme[i]) return false;
+    return true;
+  };
+  return starts("s3://") || starts("http://") || starts("https://");
+}
+
+std::unique_ptr<io::File> open_file(const fs::path& p, io::Mode mode, bool remote) {
+#ifdef CTSTREAM_HAVE_REMOTE
+  if (remote) return io::RemoteFile::open(p.native());
+#else
+  (void)remote;
+#endif
+  return io::File::open(p, mode);
+}
+
+std::string read_small(const fs::path& p, uint64_t max, io::FileIdentity* id, bool remote) {
+#ifdef CTSTREAM_HAVE_REMOTE
+  if (remote) {
+    if (id) *id = io::FileIdentity{p, 0, 0};
+    return io::read_small_remote(p.native(), max);
+  }
+#else
+  (void)remote;
+#endif
+  return io::read_small_file(p, max, id);
+}
+
+std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::ShardSet& lay, bool remote) {
   std::vector<format::RawTensor> raw;
   std::unordered_map<std::string, uint32_t> owner;
   const io::Mode mode = ck.opt.io == IoMode::pread ? io::Mode::pread : io::Mode::mmap;
   for (uint32_t fi = 0; fi < lay.files.size(); ++fi) {
-    auto f = io::File::open(lay.files[fi], mode);
+    auto f = open_file(lay.files[fi], mode, remote);
     const std::string name = f->path();
     std::array<std::byte, 8> prefix{};
     if (f->size() >= 8) f->read_at(0, prefix);
@@ -128,16 +168,25 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   auto ck = std::make_unique<Impl>();
   ck->serial = ++serials;
   ck->opt = options;
+  const bool remote = looks_remote(path.native());
+#ifdef CTSTREAM_HAVE_REMOTE
+  format::ShardSet lay = remote ? format::discover_remote_shards(path.native(), options.max_json_bytes)
+                                : format::discover_shards(path, options.max_json_bytes);
+#else
+  if (remote)
+    throw Error(ErrorKind::unsupported, path.native(), "",
+                "s3:// and http(s):// checkpoints need a build with -DCTSTREAM_REMOTE=ON (and libcurl)");
   format::ShardSet lay = format::discover_shards(path, options.max_json_bytes);
+#endif
   ck->paths = lay.files;
   const auto add_source = [&](const io::FileIdentity& id) { ck->sources.push_back({id.path, id.device, id.inode}); };
   if (!lay.index_path.empty()) add_source(lay.index_id);
   if (!lay.config_path.empty()) {
     io::FileIdentity id;
-    ck->config = io::read_small_file(lay.config_path, options.max_json_bytes, &id);
+    ck->config = read_small(lay.config_path, options.max_json_bytes, &id, remote);
     add_source(id);
   }
-  std::vector<format::RawTensor> raw = read_headers(*ck, lay);
+  std::vector<format::RawTensor> raw = read_headers(*ck, lay, remote);
   for (const auto& f : ck->files) add_source(f->identity());
   Impl& impl = *ck;
   format::ConfigUse use;
@@ -155,7 +204,7 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   if (options.low_rank == LowRank::original && !lay.decompose_path.empty()) {
     const std::string dec_file = lay.decompose_path.string();
     io::FileIdentity id;
-    const std::string text = io::read_small_file(lay.decompose_path, options.max_json_bytes, &id);
+    const std::string text = read_small(lay.decompose_path, options.max_json_bytes, &id, remote);
     add_source(id);
     format::merge_low_rank(ck->tensors, format::parse_decompose_config(text, dec_file), dec_file);
     for (const auto& t : ck->tensors)
@@ -164,7 +213,8 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   if (options.low_rank != LowRank::original && !lay.decompose_path.empty()) {
     // Not read (the factors are served as stored), but still one of the checkpoint's files.
     io::FileIdentity id;
-    if (io::identify(lay.decompose_path, id)) add_source(id);
+    if (remote) add_source(io::FileIdentity{lay.decompose_path, 0, 0});
+    else if (io::identify(lay.decompose_path, id)) add_source(id);
   }
   if (options.order == Order::name)
     std::stable_sort(ck->tensors.begin(), ck->tensors.end(),
@@ -318,7 +368,9 @@ std::span<const std::byte> Checkpoint::stored_view(const TensorInfo& t) const {
 std::span<const std::byte> Checkpoint::part_view(const TensorPart& p) const {
   const io::File& f = impl_->file_of(p);  // p.file is checked by at()
   if (f.mode() != io::Mode::mmap)
-    throw Error(ErrorKind::unsupported, f.path(), p.key, "zero-copy views need IoMode::mmap; use read_part()");
+    throw Error(ErrorKind::unsupported, f.path(), p.key,
+                f.mode() == io::Mode::remote ? "a remote checkpoint has no zero-copy views; use read_part()"
+                                             : "zero-copy views need IoMode::mmap; use read_part()");
   impl_->guard(p);
   return f.view(p.offset, p.nbytes);
 }

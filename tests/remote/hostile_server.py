@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""A hostile HTTP server for the fetch engine's body-level faults (docs/design/object_storage.md
+section 5.2). Usage: hostile_server.py PORT. GET /MODE/obj serves a fixed 256 KiB object (byte i
+= i * 7 % 251) misbehaving as MODE says; requests are counted per path.
+
+Modes: ok, short_once (the first answer sends half its body then closes), short_always,
+endless (206 without Content-Length, streams forever), ignore_range (200 with the whole object),
+etag_flip (the ETag changes after the first answer), slowdown_once (503 SlowDown first),
+long_body (Content-Length larger than the range). With a second argument DIR, GET /files/REL
+serves DIR/REL as a plain https-like server would (206 ranges, ETag from size and mtime, 404)."""
+import os
+import http.server
+import re
+import socketserver
+import sys
+import threading
+
+SIZE = 256 * 1024
+DATA = bytes((i * 7) % 251 for i in range(SIZE))
+counts = {}
+lock = threading.Lock()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed-ACK stalls
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        with lock:
+            n = counts.get(self.path, 0)
+            counts[self.path] = n + 1
+        mode = self.path.strip("/").split("/")[0]
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        if not m:
+            self.send_error(400)
+            return
+        if mode == "files":
+            self.serve_file(int(m.group(1)), int(m.group(2)))
+            return
+        a, b = int(m.group(1)), min(int(m.group(2)), SIZE - 1)
+        if a >= SIZE:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{SIZE}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = DATA[a : b + 1]
+        etag = '"v2"' if (mode == "etag_flip" and n > 0) else '"v1"'
+        if mode == "slowdown_once" and n == 0:
+            err = b"<Error><Code>SlowDown</Code><Message>Reduce your request rate</Message></Error>"
+            self.send_response(503)
+            self.send_header("Retry-After", "0")
+            self.send_header("Content-Length", str(len(err)))
+            self.end_headers()
+            self.wfile.write(err)
+            return
+        if mode == "ignore_range":
+            self.send_response(200)
+            self.send_header("ETag", etag)
+            self.send_header("Content-Length", str(SIZE))
+            self.end_headers()
+            self.wfile.write(DATA)
+            return
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {a}-{b}/{SIZE}")
+        self.send_header("ETag", etag)
+        if mode == "endless":
+            self.send_header("Connection", "close")
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(body or b"x")
+            except OSError:
+                pass
+            self.close_connection = True
+            return
+        if mode == "long_body":
+            self.send_header("Content-Length", str(len(body) + 10))
+            self.end_headers()
+            self.wfile.write(body + b"0123456789")
+            return
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if mode == "short_always" or (mode == "short_once" and n == 0):
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self.wfile.write(body)
+
+
+    def serve_file(self, a, b):
+        rel = self.path.split("/", 2)[2]
+        path = os.path.realpath(os.path.join(ROOT, rel))
+        if not ROOT or not path.startswith(ROOT + os.sep) or not os.path.isfile(path):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        st = os.stat(path)
+        size = st.st_size
+        if a >= size:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        b = min(b, size - 1)
+        with open(path, "rb") as f:
+            f.seek(a)
+            body = f.read(b - a + 1)
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {a}-{b}/{size}")
+        self.send_header("ETag", f'"{size:x}-{st.st_mtime_ns:x}"')
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request, client_address):
+        pass  # clients that hang up mid-answer (the endless mode) are expected
+
+
+ROOT = os.path.realpath(sys.argv[2]) if len(sys.argv) > 2 else ""
+
+if __name__ == "__main__":
+    Server(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
