@@ -1,0 +1,151 @@
+"""Checkpoints read from object storage through the Python surface (issue 29): `ctstream.open`
+and `safe_open` on `s3://` URLs served by a real S3 server (`rclone serve s3`, installed by
+tools/setup_python.sh into .venv) give exactly the tensors of the same files opened locally,
+and, for a library-written fixture, the library's own decompression. Errors name the URL and
+never carry the secret. Skipped where no rclone binary is found (CTSTREAM_RCLONE, .venv/bin,
+PATH), or where this ctstream was built without remote support."""
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+ctstream = pytest.importorskip("ctstream")
+np = pytest.importorskip("numpy")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIX = os.path.join(ROOT, "tests", "fixtures")
+# bucket-relative name -> local fixture: pack-quantized (0.12), 3-D MoE experts with packed zero
+# points (0.20, with the library's decompression in expected/), a sharded checkpoint with an index
+CASES = {
+    "pack": os.path.join(FIX, "ct", "v012_pack_w4_g32_sym_bf16"),
+    "moe": os.path.join(FIX, "ct_moe", "w4a16_group32_asym"),
+    "sharded": os.path.join(FIX, "st", "sharded"),
+}
+KEY, SECRET = "AKIACTSTREAMTESTKEY0", "ctstream-test-secret-do-not-print-0123"
+
+
+def _rclone():
+    for c in (os.environ.get("CTSTREAM_RCLONE"), os.path.join(ROOT, ".venv", "bin", "rclone"), shutil.which("rclone")):
+        if c and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    exe = _rclone()
+    if exe is None:
+        pytest.skip("rclone not found (set CTSTREAM_RCLONE or run tools/setup_python.sh)")
+    root = tmp_path_factory.mktemp("s3root")
+    for name, src in CASES.items():
+        shutil.copytree(src, root / "bkt" / name, ignore=shutil.ignore_patterns("expected", "*.txt"))
+    port = _free_port()
+    proc = subprocess.Popen([exe, "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", f"{KEY},{SECRET}",
+                             str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail("rclone serve s3 did not start")
+            time.sleep(0.1)
+    empty = root / "aws_empty"  # no profile of the user's own ~/.aws may take part
+    empty.write_text("")
+    env = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+           "AWS_REGION": "us-east-1", "AWS_CONFIG_FILE": str(empty), "AWS_SHARED_CREDENTIALS_FILE": str(empty)}
+    saved = {k: os.environ.get(k) for k in list(env) + ["AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"]}
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    try:
+        try:
+            ctstream.open("s3://bkt/pack").close()
+        except ctstream.Error as e:
+            if e.kind == "unsupported" and "CTSTREAM_REMOTE" in str(e):
+                pytest.skip(str(e))
+            raise
+        yield port
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_open_equals_the_local_files(s3, case):
+    with ctstream.open(f"s3://bkt/{case}", framework="numpy") as remote, \
+            ctstream.open(CASES[case], framework="numpy") as local:
+        assert remote.keys() == local.keys()
+        assert all(f.startswith(f"s3://bkt/{case}/") for f in remote.files)
+        for name in local.keys():
+            a, b = remote.get(name), local.get(name)
+            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), name
+            # the stored parts (what engines with their own kernels load) come over unchanged too
+            pa, pb = remote.packed(name), local.packed(name)
+            assert sorted(pa) == sorted(pb), name
+            for role in pb:
+                assert pa[role].dtype == pb[role].dtype and pa[role].tobytes() == pb[role].tobytes(), (name, role)
+        # tensor-parallel style: a slice of dim 0 of every tensor with more than one row
+        for name in local.keys():
+            shape = local.info(name).shape
+            if len(shape) >= 2 and shape[0] > 1:
+                a = remote.get_slice(name)[1:]
+                b = local.get_slice(name)[1:]
+                assert a.tobytes() == b.tobytes(), name
+
+
+def test_moe_equals_the_library_decompression(s3):
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file
+
+    want = load_file(os.path.join(CASES["moe"], "expected", "expected.safetensors"))
+    with ctstream.open("s3://bkt/moe", framework="pt") as ck:
+        got = dict(ck.tensors())
+    assert sorted(got) == sorted(want)
+    for k in want:
+        assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), k
+
+
+def test_safe_open_on_an_object_url(s3):
+    torch = pytest.importorskip("torch")
+    url = "s3://bkt/pack/model.safetensors"
+    with ctstream.safe_open(url, framework="pt") as f, \
+            ctstream.safe_open(os.path.join(CASES["pack"], "model.safetensors"), framework="pt") as g:
+        assert sorted(f.keys()) == sorted(g.keys())
+        for k in g.keys():
+            a, b = f.get_tensor(k), g.get_tensor(k)
+            assert a.dtype == b.dtype and torch.equal(a, b), k
+            s, t = f.get_slice(k), g.get_slice(k)
+            if len(t.get_shape()) >= 1 and t.get_shape()[0] > 1:
+                assert torch.equal(s[1:], t[1:]), k
+
+
+def test_a_wrong_secret_is_refused_without_showing_it(s3, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret-either-0123456789")
+    with pytest.raises(ctstream.Error) as e:
+        ctstream.open("s3://bkt/pack")
+    msg = str(e.value)
+    assert "s3://bkt/pack" in msg and "403" in msg
+    assert "not-the-secret-either" not in msg and SECRET not in msg
+
+
+def test_a_missing_prefix_is_file_not_found(s3):
+    with pytest.raises(ctstream.Error) as e:
+        ctstream.open("s3://bkt/no-such-model")
+    assert e.value.kind == "file_not_found" and "s3://bkt/no-such-model" in str(e.value)
