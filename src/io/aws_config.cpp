@@ -19,8 +19,7 @@ std::string_view trim(std::string_view s) noexcept { return detail::trim(s, blan
 
 std::string lower(std::string_view s) {
   std::string r(s);
-  for (char& c : r)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  for (char& c : r) c = detail::ascii_lower(c);
   return r;
 }
 

@@ -16,14 +16,7 @@ constexpr std::string_view blanks = " \t";
 std::string_view trim(std::string_view s) noexcept { return detail::trim(s, blanks); }
 
 bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
-char lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool iequals(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (lower(a[i]) != lower(b[i])) return false;
-  return true;
-}
+using detail::iequals;
 
 // A header field name: RFC 9110 token characters.
 bool is_token(std::string_view s) noexcept {

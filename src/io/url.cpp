@@ -19,14 +19,8 @@ bool is_hex(char c) noexcept { return is_digit(c) || (c >= 'a' && c <= 'f') || (
 bool is_unreserved(char c) noexcept {
   return is_alpha(c) || is_digit(c) || c == '-' || c == '.' || c == '_' || c == '~';
 }
-char lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool starts_with_nocase(std::string_view text, std::string_view prefix) noexcept {
-  if (text.size() < prefix.size()) return false;
-  for (size_t i = 0; i < prefix.size(); ++i)
-    if (lower(text[i]) != prefix[i]) return false;
-  return true;
-}
+using detail::ascii_lower;
+using detail::istarts_with;
 
 void append_escaped(std::string& out, unsigned char c) {
   out += '%';
@@ -101,7 +95,7 @@ bool parse_authority(std::string_view auth, std::string& host, uint16_t& port) {
       if (!is_alpha(c) && !is_digit(c) && c != '-' && c != '.') return false;
   }
   host.clear();
-  for (char c : h) host += lower(c);
+  for (char c : h) host += ascii_lower(c);
   port = 0;
   if (!p.empty()) {
     if (p.size() > 5) return false;
@@ -142,23 +136,18 @@ std::string authority(const std::string& host, uint16_t port) {
 
 }  // namespace
 
-bool is_remote_url(std::string_view text) noexcept {
-  return starts_with_nocase(text, "s3://") || starts_with_nocase(text, "http://") ||
-         starts_with_nocase(text, "https://");
-}
-
 Url parse_url(std::string_view text) {
   if (text.size() > max_url_bytes)
     refuse(ErrorKind::invalid_argument, text, "URL longer than " + std::to_string(max_url_bytes) + " bytes");
   Url url;
   std::string_view rest;
-  if (starts_with_nocase(text, "s3://")) {
+  if (istarts_with(text, "s3://")) {
     url.scheme = UrlScheme::s3;
     rest = text.substr(5);
-  } else if (starts_with_nocase(text, "https://")) {
+  } else if (istarts_with(text, "https://")) {
     url.scheme = UrlScheme::https;
     rest = text.substr(8);
-  } else if (starts_with_nocase(text, "http://")) {
+  } else if (istarts_with(text, "http://")) {
     url.scheme = UrlScheme::http;
     rest = text.substr(7);
   } else {
@@ -300,9 +289,9 @@ Endpoint parse_endpoint(std::string_view text, std::string_view what) {
   };
   Endpoint e;
   std::string_view rest;
-  if (starts_with_nocase(text, "https://")) {
+  if (istarts_with(text, "https://")) {
     rest = text.substr(8);
-  } else if (starts_with_nocase(text, "http://")) {
+  } else if (istarts_with(text, "http://")) {
     e.https = false;
     rest = text.substr(7);
   } else {

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/text.hpp"
+
 namespace ctstream::io {
 
 enum class UrlScheme : uint8_t { s3, http, https };
@@ -31,8 +33,12 @@ struct Url {
 inline constexpr size_t max_url_bytes = 8192;
 
 /// Whether `text` starts with `s3://`, `http://` or `https://` (scheme case-insensitive): the test
-/// made on a path's native string before any std::filesystem call.
-bool is_remote_url(std::string_view text) noexcept;
+/// made on a path's native string before any std::filesystem call. Inline: builds without remote
+/// code (CTSTREAM_REMOTE=OFF) make it too, to refuse such paths rather than look them up as files.
+inline bool is_remote_url(std::string_view text) noexcept {
+  return detail::istarts_with(text, "s3://") || detail::istarts_with(text, "http://") ||
+         detail::istarts_with(text, "https://");
+}
 
 /// Parses a remote location. Refused with Error{invalid_argument} naming the redacted URL: another
 /// scheme, credentials in the URL (`user:pass@`), an empty or malformed host or bucket, a port

@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cctype>
 #include <string>
 #include <string_view>
 
@@ -13,6 +12,7 @@
 #include "format/safetensors.hpp"
 #include "format/scheme.hpp"
 #include "format/shards.hpp"
+#include "io/url.hpp"
 #include "reader/internal.hpp"
 #include "reader/rows.hpp"
 #ifdef CTSTREAM_HAVE_REMOTE
@@ -57,19 +57,6 @@ unsigned ScopedDecodeThreads::current() { return t_decode_threads; }
 }  // namespace reader
 
 namespace {
-
-/// `s3://`, `http://` or `https://` (scheme case-insensitive), tested on the native string before
-/// any std::filesystem call (a URL must never be normalised). Also in builds without remote code,
-/// which refuse such paths instead of looking them up as local names.
-bool looks_remote(const std::string& s) {
-  const auto starts = [&](std::string_view scheme) {
-    if (s.size() < scheme.size()) return false;
-    for (size_t i = 0; i < scheme.size(); ++i)
-      if (std::tolower(static_cast<unsigned char>(s[i])) != scheme[i]) return false;
-    return true;
-  };
-  return starts("s3://") || starts("http://") || starts("https://");
-}
 
 std::unique_ptr<io::File> open_file(const fs::path& p, io::Mode mode, bool remote) {
 #ifdef CTSTREAM_HAVE_REMOTE
@@ -168,7 +155,7 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   auto ck = std::make_unique<Impl>();
   ck->serial = ++serials;
   ck->opt = options;
-  const bool remote = looks_remote(path.native());
+  const bool remote = io::is_remote_url(path.native());  // before any std::filesystem call
 #ifdef CTSTREAM_HAVE_REMOTE
   format::ShardSet lay = remote ? format::discover_remote_shards(path.native(), options.max_json_bytes)
                                 : format::discover_shards(path, options.max_json_bytes);
