@@ -117,8 +117,12 @@ uint64_t count_nonzero(const void* data, uint64_t n, DType d) noexcept {
   return k;
 }
 
-void bitmask_compress(const void* data, uint64_t rows, uint64_t cols, DType d, void* values, uint8_t* bitmask,
-                      int64_t* row_offsets) {
+namespace {
+// The elements kept(i) says, row-major into `values`, one LSB-first mask bit each (the layout both
+// sparse formats store); row_offsets, when given, gets each row's first value index.
+template <class Kept>
+void gather_kept(const void* data, uint64_t rows, uint64_t cols, DType d, Kept kept, void* values, uint8_t* bitmask,
+                 int64_t* row_offsets) {
   const unsigned eb = elem_bytes(d);
   const uint64_t mb = (cols + 7) / 8;
   std::memset(bitmask, 0, rows * mb);
@@ -126,16 +130,23 @@ void bitmask_compress(const void* data, uint64_t rows, uint64_t cols, DType d, v
   const auto* src = static_cast<const std::byte*>(data);
   int64_t off = 0;
   for (uint64_t r = 0; r < rows; ++r) {
-    row_offsets[r] = off;
+    if (row_offsets) row_offsets[r] = off;
     for (uint64_t c = 0; c < cols; ++c) {
       const uint64_t i = r * cols + c;
-      if (mag_bits(data, i, d) == 0) continue;
+      if (!kept(i)) continue;
       bitmask[r * mb + c / 8] |= static_cast<uint8_t>(1u << (c % 8));
       std::memcpy(dst, src + i * eb, eb);
       dst += eb;
       ++off;
     }
   }
+}
+}  // namespace
+
+void bitmask_compress(const void* data, uint64_t rows, uint64_t cols, DType d, void* values, uint8_t* bitmask,
+                      int64_t* row_offsets) {
+  gather_kept(
+      data, rows, cols, d, [&](uint64_t i) { return mag_bits(data, i, d) != 0; }, values, bitmask, row_offsets);
 }
 
 uint64_t mask_24(const void* data, uint64_t n, DType d, uint8_t* keep) {
@@ -168,19 +179,8 @@ uint64_t mask_24(const void* data, uint64_t n, DType d, uint8_t* keep) {
 
 void sparse24_compress(const void* data, uint64_t rows, uint64_t cols, DType d, const uint8_t* keep, void* values,
                        uint8_t* bitmask) {
-  const unsigned eb = elem_bytes(d);
-  const uint64_t mb = (cols + 7) / 8;
-  std::memset(bitmask, 0, rows * mb);
-  auto* dst = static_cast<std::byte*>(values);
-  const auto* src = static_cast<const std::byte*>(data);
-  for (uint64_t r = 0; r < rows; ++r)
-    for (uint64_t c = 0; c < cols; ++c) {
-      const uint64_t i = r * cols + c;
-      if (!keep[i]) continue;
-      bitmask[r * mb + c / 8] |= static_cast<uint8_t>(1u << (c % 8));
-      std::memcpy(dst, src + i * eb, eb);
-      dst += eb;
-    }
+  gather_kept(
+      data, rows, cols, d, [keep](uint64_t i) { return keep[i] != 0; }, values, bitmask, nullptr);
 }
 
 }  // namespace ctstream::codecs

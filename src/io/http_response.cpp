@@ -325,26 +325,30 @@ Action classify_transport(int curl_code) noexcept {
   }
 }
 
-std::string extract_s3_error_code(std::string_view body) {
+namespace {
+// The text between the first `open` tag and the `close` after it in the first max_error_body bytes
+// of an S3 error body, trimmed; nullopt when there is none.
+std::optional<std::string_view> s3_error_element(std::string_view body, std::string_view open, std::string_view close) {
   body = body.substr(0, max_error_body);
-  const size_t open = body.find("<Code>");
-  if (open == std::string_view::npos) return {};
-  const size_t start = open + 6, close = body.find("</Code>", start);
-  if (close == std::string_view::npos) return {};
-  const std::string_view code = trim(body.substr(start, close - start));
-  if (code.empty() || code.size() > 64) return {};
-  for (char c : code)
+  const size_t at = body.find(open);
+  if (at == std::string_view::npos) return std::nullopt;
+  const size_t start = at + open.size(), end = body.find(close, start);
+  if (end == std::string_view::npos) return std::nullopt;
+  return trim(body.substr(start, end - start));
+}
+}  // namespace
+
+std::string extract_s3_error_code(std::string_view body) {
+  const auto code = s3_error_element(body, "<Code>", "</Code>");
+  if (!code || code->empty() || code->size() > 64) return {};
+  for (char c : *code)
     if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '.')) return {};
-  return std::string(code);
+  return std::string(*code);
 }
 
 std::string extract_s3_error_message(std::string_view body) {
-  body = body.substr(0, max_error_body);
-  const size_t open = body.find("<Message>");
-  if (open == std::string_view::npos) return {};
-  const size_t start = open + 9, close = body.find("</Message>", start);
-  if (close == std::string_view::npos) return {};
-  return printable(trim(body.substr(start, close - start)), 200);
+  const auto msg = s3_error_element(body, "<Message>", "</Message>");
+  return msg ? printable(*msg, 200) : std::string();
 }
 
 Verdict judge(const RangeRequest& req, const ResponseHead& head, int curl_code, std::string_view error_body,
