@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "cuda/launch.hpp"
@@ -102,26 +104,74 @@ class DeviceBuffer {
   cudaStream_t s_;
 };
 
+// Two pinned host slots and the events of the copies that last read them. Rings outlive one decode
+// (RingPool): pinning 32 MiB takes milliseconds and cudaFreeHost synchronises the whole device, so
+// a ring per call put both on every tensor of a model's load.
+struct Ring {
+  void* host[2] = {nullptr, nullptr};
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  ~Ring() {
+    for (int i = 0; i < 2; ++i) {
+      if (done[i]) {
+        (void)cudaEventSynchronize(done[i]);  // no copy may still read the slot we free
+        (void)cudaEventDestroy(done[i]);
+      }
+      if (host[i]) (void)cudaFreeHost(host[i]);
+    }
+  }
+};
+
+// Free rings per device (an event belongs to the device it was created on); at most kKeepRings
+// each are kept, so the pinned memory held between decodes is bounded (4 x 32 MiB per device).
+// Never destroyed: no CUDA call may run after the runtime's own teardown at exit.
+class RingPool {
+ public:
+  static RingPool& get() {
+    static RingPool* pool = new RingPool;
+    return *pool;
+  }
+  std::unique_ptr<Ring> acquire(const Cuda& cu) {
+    int dev = 0;
+    cu.check(cudaGetDevice(&dev), "cudaGetDevice");
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      auto& v = free_[dev];
+      if (!v.empty()) {
+        std::unique_ptr<Ring> r = std::move(v.back());
+        v.pop_back();
+        return r;
+      }
+    }
+    auto r = std::make_unique<Ring>();
+    for (int i = 0; i < 2; ++i) {
+      cu.check(cudaMallocHost(&r->host[i], kStagingSlot), "cudaMallocHost");
+      cu.check(cudaEventCreateWithFlags(&r->done[i], cudaEventDisableTiming), "cudaEventCreate");
+    }
+    return r;
+  }
+  void release(std::unique_ptr<Ring> r) noexcept {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return;  // ~Ring frees it
+    std::lock_guard<std::mutex> lk(mu_);
+    auto& v = free_[dev];
+    if (v.size() < kKeepRings) v.push_back(std::move(r));
+  }
+
+ private:
+  static constexpr size_t kKeepRings = 4;
+  std::mutex mu_;
+  std::map<int, std::vector<std::unique_ptr<Ring>>> free_;
+};
+
 // file -> pinned slot -> async H2D, two slots in flight: a slot is refilled once the copy that
 // last read it has finished (its event), so reading the next chunk overlaps the previous copy.
+// A slot is filled by the checkpoint's threads in 1 MiB pieces (one thread reads the page cache
+// at a fraction of the link's rate).
 class Staging {
  public:
-  Staging(const Cuda& cu, const Checkpoint& ck, uint64_t largest, cudaStream_t s)
-      : cu_(cu), ck_(ck), s_(s), slot_(std::min(kStagingSlot, std::max<uint64_t>(largest, 1))) {
-    for (int i = 0; i < 2; ++i) {
-      cu.check(cudaMallocHost(&host_[i], slot_), "cudaMallocHost");
-      cu.check(cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming), "cudaEventCreate");
-    }
-  }
-  ~Staging() {
-    for (int i = 0; i < 2; ++i) {
-      if (done_[i]) {
-        (void)cudaEventSynchronize(done_[i]);  // no copy may still read the slot we free
-        (void)cudaEventDestroy(done_[i]);
-      }
-      if (host_[i]) (void)cudaFreeHost(host_[i]);
-    }
-  }
+  Staging(const Cuda& cu, const Checkpoint& ck, cudaStream_t s)
+      : cu_(cu), ck_(ck), s_(s), ring_(RingPool::get().acquire(cu)) {}
+  ~Staging() { RingPool::get().release(std::move(ring_)); }
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
 
@@ -129,27 +179,29 @@ class Staging {
   // reopening the path (a file replaced since open would feed other bytes than those validated)
   // nor by copying out of the mapping (a file shrunk by someone else meanwhile would SIGBUS).
   void upload(const TensorPart& p, uint8_t* dst) {
-    for (uint64_t off = 0; off < p.nbytes; off += slot_) {
-      const uint64_t n = std::min(slot_, p.nbytes - off);
-      cu_.check(cudaEventSynchronize(done_[next_]), "cudaEventSynchronize");
-      auto* h = static_cast<std::byte*>(host_[next_]);
-      TensorPart chunk = p;
-      chunk.offset += off;
-      chunk.nbytes = n;
-      (void)ck_.read_part(chunk, std::span<std::byte>(h, n));
+    for (uint64_t off = 0; off < p.nbytes; off += kStagingSlot) {
+      const uint64_t n = std::min(kStagingSlot, p.nbytes - off);
+      cu_.check(cudaEventSynchronize(ring_->done[next_]), "cudaEventSynchronize");
+      auto* h = static_cast<std::byte*>(ring_->host[next_]);
+      const uint64_t pieces = (n + kReadPiece - 1) / kReadPiece;
+      reader::parallel_for(pieces, pieces > 1 ? ck_.impl().threads() : 1, [&](size_t k) {
+        TensorPart chunk = p;
+        chunk.offset += off + k * kReadPiece;
+        chunk.nbytes = std::min(kReadPiece, n - k * kReadPiece);
+        (void)ck_.read_part(chunk, std::span<std::byte>(h + k * kReadPiece, chunk.nbytes));
+      });
       cu_.check(cudaMemcpyAsync(dst + off, h, n, cudaMemcpyHostToDevice, s_), "cudaMemcpyAsync");
-      cu_.check(cudaEventRecord(done_[next_], s_), "cudaEventRecord");
+      cu_.check(cudaEventRecord(ring_->done[next_], s_), "cudaEventRecord");
       next_ ^= 1;
     }
   }
 
  private:
+  static constexpr uint64_t kReadPiece = 1ull << 20;
   const Cuda& cu_;
   const Checkpoint& ck_;
   cudaStream_t s_;
-  uint64_t slot_;
-  void* host_[2] = {nullptr, nullptr};
-  cudaEvent_t done_[2] = {nullptr, nullptr};
+  std::unique_ptr<Ring> ring_;
   int next_ = 0;
 };
 
@@ -183,9 +235,7 @@ uint64_t decode_device(const Checkpoint& ck, const TensorInfo& t, const Cuda& cu
   if (need == 0) return 0;
   if (!dptr) cu.fail(ErrorKind::invalid_argument, "device pointer is null");
 
-  uint64_t largest = 0;
-  for (const TensorPart& p : t.parts) largest = std::max(largest, p.nbytes);
-  Staging staging(cu, ck, largest, stream);
+  Staging staging(cu, ck, stream);
 
   if (t.format == Format::dense) {
     const TensorPart& p = *plan.main;

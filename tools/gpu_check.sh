@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The CUDA checks on a lent GPU machine (the `device` tool; see HACKING.md "GPU").
+#
+#   bash tools/gpu_check.sh pack      # here: copy the CUDA build's binaries and their shared
+#                                     # libraries into .devpack.tgz (git-ignored via .git/info/exclude)
+#   bash tools/gpu_check.sh run [--small]   # there (run with carry [".devpack.tgz"]): the device
+#                                     # tests, the same under compute-sanitizer, then bench/run_gpu.sh
+#
+# The GPU machine has nvcc and CMake but none of our Debian packages (nlohmann-json, Catch2,
+# PCRE2, libcurl) and no network, so the binaries are built here (x86-64, nvcc 13, sm_80 + sm_90)
+# and travel with their libraries. The tests find the fixtures by the absolute path they were
+# built with; `run` links that path to this checkout.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+mode=${1:-}
+shift || true
+case "$mode" in
+pack)
+  build=${BUILD:-$here/build}
+  rm -rf "$here/.devpack" && mkdir -p "$here/.devpack/bin" "$here/.devpack/lib"
+  for b in ctstream ctstream_cuda_tests ctstream_bench_cuda; do
+    [[ -x $build/bin/$b ]] && cp "$build/bin/$b" "$here/.devpack/bin/"
+  done
+  # Every shared library but glibc's own (the GPU machine's glibc is newer than Debian 12's).
+  for l in $(ldd "$here"/.devpack/bin/* | awk '/=>/ {print $3}' | sort -u); do
+    case $(basename "$l") in libc.so* | libm.so* | libresolv* | ld-linux* | libpthread* | libdl*) ;;
+    *) cp -L "$l" "$here/.devpack/lib/" ;;
+    esac
+  done
+  grep -o 'CTSTREAM_FIXTURES=\\"[^\\]*' "$build/build.ninja" | head -1 | sed 's/.*"//' >"$here/.devpack/fixtures_path"
+  # The working tree travels as a tar of tracked files (~39 MB with the fixtures' block padding)
+  # under a 64 MiB limit: the binaries travel compressed.
+  tar -C "$here" -czf "$here/.devpack.tgz" .devpack
+  du -sh "$here/.devpack.tgz"
+  ;;
+run)
+  out=${OUT:-/tmp/gpu_out}
+  mkdir -p "$out"
+  [[ -d $here/.devpack ]] || tar -C "$here" -xzf "$here/.devpack.tgz"
+  export LD_LIBRARY_PATH=$here/.devpack/lib
+  fx=$(cat "$here/.devpack/fixtures_path")
+  if [[ ! -e $fx ]]; then
+    root=$(dirname "$(dirname "$fx")")  # <checkout>/tests/fixtures -> <checkout>
+    mkdir -p "$(dirname "$root")"
+    ln -sfn "$here" "$root"
+  fi
+  nvidia-smi -L || true
+  rc=0
+  echo "== device tests"
+  (cd "$here" && timeout 300 .devpack/bin/ctstream_cuda_tests --reporter compact --durations yes 2>&1 | tee "$out/cuda_tests.log") || rc=1
+  echo "== device tests under compute-sanitizer memcheck ([moe] and [dense])"
+  if command -v compute-sanitizer >/dev/null; then
+    (cd "$here" && timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      .devpack/bin/ctstream_cuda_tests "[moe],[dense]" --reporter compact 2>&1 | tail -30 | tee "$out/memcheck.log") || rc=1
+  fi
+  if [[ -x $here/.devpack/bin/ctstream_bench_cuda ]]; then
+    echo "== GPU bench (bench/run_gpu.sh)"
+    (cd "$here" && timeout 400 bash bench/run_gpu.sh /tmp/ctgpu "$@" 2>&1 | tee "$out/bench_gpu.log") || rc=1
+  fi
+  exit $rc
+  ;;
+*)
+  echo "usage: $0 pack|run" >&2
+  exit 2
+  ;;
+esac
