@@ -119,7 +119,8 @@ void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_z
   for (int i = 0; i < 16; ++i) lut[i] = static_cast<float>(i - 8);
   const size_t osz = dtype_bits(dst) / 8;
   std::vector<std::byte> out(rows * cols * osz);
-  const codecs::DequantSpec spec{natural, dst, kGroup};
+  const codecs::DequantSpec spec{natural, dst, kGroup, false,
+                                 out.size() >= codecs::kStreamStoresFrom};  // as the reader
   const auto fn = codecs::dequant_nibble_kernel(isa);
   for (auto _ : st) {
     split(threads, rows, [&](size_t b, size_t n) {
@@ -154,7 +155,8 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
     for (size_t r = 0; r < rows; ++r)
       for (size_t g = 0; g < groups; ++g) scale[r * groups + g] = scale[(r - r % block_rows) * groups + g];
   std::vector<std::byte> out(rows * cols * 2);
-  const codecs::DequantSpec spec{DType::BF16, DType::BF16, gs, code == codecs::ByteCode::i8};
+  const codecs::DequantSpec spec{DType::BF16, DType::BF16, gs, code == codecs::ByteCode::i8,
+                                 out.size() >= codecs::kStreamStoresFrom};  // as the reader
   const auto fn = codecs::dequant_byte_kernel(isa);
   for (auto _ : st) {
     split(threads, rows, [&](size_t b, size_t n) {

@@ -21,7 +21,16 @@ struct DequantSpec {
   /// Values and zero points are small integers (|x - zp| <= 2^8), so x - zp is exact in f32 and
   /// in S; lets the generic kernel skip rounding the subtraction (fp8 zero points need it).
   bool int_values = false;
+  /// The output is large and not read back soon: the SIMD kernels may write it with non-temporal
+  /// stores (no read-for-ownership of each line; about 1.5x the write bandwidth where measured).
+  /// The bits written are the same. Set from kStreamStoresFrom by the reader and the benchmark.
+  bool stream = false;
 };
+
+/// Decoded outputs of at least this many bytes are written with non-temporal stores
+/// (DequantSpec::stream): past the caches a core can keep them in, where the lines would be
+/// evicted before anyone read them.
+inline constexpr uint64_t kStreamStoresFrom = 4ull << 20;
 
 /// Generic row kernel over f32 inputs. zp may be null (symmetric); gidx, if not null, maps
 /// column j to scale entry gidx[j] (act-order) instead of j / group_size. `isa`: whose

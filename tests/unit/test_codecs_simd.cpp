@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -21,6 +22,21 @@ using namespace ctstream;
 using codecs::Isa;
 
 namespace {
+
+// An output buffer whose row starts `shift` bytes past a 64-byte boundary, filled with 0xAB: the
+// kernels' non-temporal stores (DequantSpec::stream) take aligned lines only, so each streaming
+// case runs aligned and not. untouched_before(): nothing was written ahead of the row.
+struct OutBuf {
+  std::vector<unsigned char> v;
+  unsigned char* p;
+  OutBuf(size_t n, size_t shift) : v(n + 64 + shift, 0xAB) {
+    p = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t(63)) + shift;
+  }
+  bool untouched_before() const {
+    return std::all_of(v.data(), static_cast<const unsigned char*>(p), [](unsigned char c) { return c == 0xAB; });
+  }
+  std::vector<unsigned char> row(size_t n) const { return {p, p + n}; }
+};
 
 std::vector<Isa> simd_isas() {
   std::vector<Isa> v;
@@ -191,19 +207,25 @@ TEST_CASE("SIMD fused nibble dequant equals the scalar reference", "[codecs][sim
               const size_t osz = dtype_bits(out) / 8;
               std::vector<unsigned char> want(cols * osz + 64, 0xAB);
               ref(gpacked.get<uint8_t>(), cols, glut.get<float>(), gscale.get<float>(), zptr, spec, want.data());
-              for (Isa isa : simd_isas()) {
-                std::vector<unsigned char> got(cols * osz + 64, 0xAB);
-                codecs::dequant_nibble_kernel(isa)(gpacked.get<uint8_t>(), cols, glut.get<float>(), gscale.get<float>(),
-                                                   zptr, spec, got.data());
-                ++calls;
-                if (std::memcmp(want.data(), got.data(), want.size()) != 0) {
-                  size_t bad = 0;
-                  while (want[bad] == got[bad]) ++bad;
-                  FAIL_CHECK(codecs::isa_name(isa)
-                             << " " << dtype_name(nat) << "->" << dtype_name(out) << " gs=" << g << " cols=" << cols
-                             << " zp=" << with_zp << " lut[1]=" << lut[1] << " first differing column " << bad / osz);
+              for (Isa isa : simd_isas())
+                for (int mode = 0; mode < 3; ++mode) {  // plain stores; streaming, aligned and not
+                  codecs::DequantSpec sp = spec;
+                  sp.stream = mode > 0;
+                  OutBuf ob(want.size(), mode == 2 ? osz : 0);
+                  codecs::dequant_nibble_kernel(isa)(gpacked.get<uint8_t>(), cols, glut.get<float>(),
+                                                     gscale.get<float>(), zptr, sp, ob.p);
+                  ++calls;
+                  const auto got = ob.row(want.size());
+                  CHECK(ob.untouched_before());
+                  if (std::memcmp(want.data(), got.data(), want.size()) != 0) {
+                    size_t bad = 0;
+                    while (want[bad] == got[bad]) ++bad;
+                    FAIL_CHECK(codecs::isa_name(isa)
+                               << " mode " << mode << " " << dtype_name(nat) << "->" << dtype_name(out) << " gs=" << g
+                               << " cols=" << cols << " zp=" << with_zp << " lut[1]=" << lut[1]
+                               << " first differing column " << bad / osz);
+                  }
                 }
-              }
             }
           }
         }
@@ -315,12 +337,16 @@ TEST_CASE("Fused 8-bit dequant (int8, fp8 E4M3): scalar equals the generic kerne
               };
               REQUIRE(first_difference(generic) == SIZE_MAX);
               for (Isa isa : simd_isas())
-                for (int pass = 0; pass < 3; ++pass) {  // no memo, memo built, memo hit
-                  std::vector<unsigned char> got(cols * osz + 64, 0xAB);
-                  codecs::dequant_byte_kernel(isa)(gcodes.get<uint8_t>(), cols, code, gscale.get<float>(), zptr, spec,
-                                                   pass ? memo.data() : nullptr, got.data());
+                for (int pass = 0; pass < 5; ++pass) {  // no memo, memo built, memo hit; streaming, aligned and not
+                  codecs::DequantSpec sp = spec;
+                  sp.stream = pass >= 3;
+                  OutBuf ob(cols * osz + 64, pass == 4 ? osz : 0);
+                  codecs::dequant_byte_kernel(isa)(gcodes.get<uint8_t>(), cols, code, gscale.get<float>(), zptr, sp,
+                                                   pass == 0 || pass == 3 ? nullptr : memo.data(), ob.p);
                   ++calls;
                   INFO(codecs::isa_name(isa) << " pass " << pass);
+                  CHECK(ob.untouched_before());
+                  const auto got = ob.row(cols * osz + 64);
                   const size_t bad = first_difference(got);
                   if (bad != SIZE_MAX)
                     FAIL_CHECK("column " << bad << " differs (code 0x" << std::hex << int(codes[bad < cols ? bad : 0])

@@ -15,6 +15,27 @@
 namespace ctstream::codecs::avx512 {
 namespace {
 
+// Whole-vector output stores. NT (DequantSpec::stream): non-temporal where the address is aligned
+// for it -- the line goes to memory without being read for ownership first, which raises the
+// write bandwidth of a large output by about half on the CPUs measured (bench/RESULTS.md) -- else
+// a plain unaligned store. A kernel that streamed ends with an sfence.
+template <bool NT>
+inline void put512(void* p, __m512i v) {
+  if constexpr (NT)
+    if ((reinterpret_cast<uintptr_t>(p) & 63) == 0) return _mm512_stream_si512(static_cast<__m512i*>(p), v);
+  _mm512_storeu_si512(p, v);
+}
+template <bool NT>
+inline void put512(float* p, __m512 v) {
+  put512<NT>(static_cast<void*>(p), _mm512_castps_si512(v));
+}
+template <bool NT>
+inline void put256(void* p, __m256i v) {
+  if constexpr (NT)
+    if ((reinterpret_cast<uintptr_t>(p) & 31) == 0) return _mm256_stream_si256(static_cast<__m256i*>(p), v);
+  _mm256_storeu_si256(static_cast<__m256i*>(p), v);
+}
+
 // ---------------------------------------------------------------- bitmask expand
 //
 // vpexpand{b,w,d} with a register source (the memory form measured no faster on this Zen CPU).
@@ -160,7 +181,7 @@ inline __m512i col_a() {
   else return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
 }
 
-template <Kind N, Kind O, bool ZP>
+template <Kind N, Kind O, bool ZP, bool NT>
 inline void chunk(__m128i bytes, __m512 lutv, Lanes s, Lanes z, void* out, size_t j, uint32_t valid) {
   if constexpr (O == kF32) bytes = _mm_shuffle_epi8(bytes, byte_order<O>());
   const __m512i ia = _mm512_cvtepu8_epi32(bytes);
@@ -175,7 +196,7 @@ inline void chunk(__m128i bytes, __m512 lutv, Lanes s, Lanes z, void* out, size_
   if constexpr (O == kBF16) {
     const __m512i w = _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(out_bf16_hi<N>(a), 16), out_bf16_hi<N>(b));
     uint16_t* o = static_cast<uint16_t*>(out) + j;
-    if (valid == ~0u) _mm512_storeu_si512(o, w);
+    if (valid == ~0u) put512<NT>(o, w);
     else _mm512_mask_storeu_epi16(o, valid, w);
   } else if constexpr (O == kF16) {
     const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(out_f16<N>(a)), out_f16<N>(b), 1);
@@ -183,7 +204,7 @@ inline void chunk(__m128i bytes, __m512 lutv, Lanes s, Lanes z, void* out, size_
                                          5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     const __m512i w = _mm512_permutexvar_epi16(idx, ab);
     uint16_t* o = static_cast<uint16_t*>(out) + j;
-    if (valid == ~0u) _mm512_storeu_si512(o, w);
+    if (valid == ~0u) put512<NT>(o, w);
     else _mm512_mask_storeu_epi16(o, valid, w);
   } else {
     a = natural_image<N>(a);
@@ -191,8 +212,8 @@ inline void chunk(__m128i bytes, __m512 lutv, Lanes s, Lanes z, void* out, size_
     float* o = static_cast<float*>(out) + j;
     const __m512 lo = _mm512_unpacklo_ps(a, b), hi = _mm512_unpackhi_ps(a, b);
     if (valid == ~0u) {
-      _mm512_storeu_ps(o, lo);
-      _mm512_storeu_ps(o + 16, hi);
+      put512<NT>(o, lo);
+      put512<NT>(o + 16, hi);
     } else {
       _mm512_mask_storeu_ps(o, static_cast<__mmask16>(valid), lo);
       _mm512_mask_storeu_ps(o + 16, static_cast<__mmask16>(valid >> 16), hi);
@@ -247,18 +268,20 @@ inline __m512i table16(__m512 t) {
 // 32 columns of 16-bit output. Byte b of the row becomes the dword b * 0x1001 (vpmaddwd): its
 // low word's bits 4:0 are b & 0x1F (low nibble; bit 4 selects the duplicate half of the table),
 // its high word is b >> 4 (high nibble) -- columns 2m and 2m+1 in order.
+template <bool NT>
 inline void chunk_table16(const uint8_t* p, __m512i tab, uint16_t* o) {
   const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m512i idx = _mm512_madd_epi16(x, _mm512_set1_epi32(0x1001));
-  _mm512_storeu_si512(o, _mm512_permutexvar_epi16(idx, tab));
+  put512<NT>(o, _mm512_permutexvar_epi16(idx, tab));
 }
 // 32 columns of f32 output: the 16-float table through vpermps, lanes ordered as in chunk().
+template <bool NT>
 inline void chunk_table32(const uint8_t* p, __m512 tab, float* o) {
   const __m128i bytes = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), byte_order<kF32>());
   const __m512i ia = _mm512_cvtepu8_epi32(bytes);
   const __m512 a = _mm512_permutexvar_ps(ia, tab), b = _mm512_permutexvar_ps(_mm512_srli_epi32(ia, 4), tab);
-  _mm512_storeu_ps(o, _mm512_unpacklo_ps(a, b));
-  _mm512_storeu_ps(o + 16, _mm512_unpackhi_ps(a, b));
+  put512<NT>(o, _mm512_unpacklo_ps(a, b));
+  put512<NT>(o + 16, _mm512_unpackhi_ps(a, b));
 }
 
 // Chunks whose columns 0-15 are in one group and 16-31 in the next (group sizes that are
@@ -275,6 +298,7 @@ inline __m512i pair_table16(__m512 t0, __m512 t1) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(out_f16<N>(t0)), out_f16<N>(t1), 1);
   }
 }
+template <bool NT>
 inline void chunk_pair16(const uint8_t* p, __m512i tab, uint16_t* o) {
   const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m512i idx = _mm512_madd_epi16(x, _mm512_set1_epi32(0x1001));  // as in chunk_table16
@@ -282,8 +306,9 @@ inline void chunk_pair16(const uint8_t* p, __m512i tab, uint16_t* o) {
                                            0x00100010, 0x00100010, 0x00100010, 0x00100010);
   // (idx & 0x000F000F) | second
   const __m512i sel = _mm512_ternarylogic_epi32(idx, _mm512_set1_epi32(0x000F000F), second, 0xEA);
-  _mm512_storeu_si512(o, _mm512_permutexvar_epi16(sel, tab));
+  put512<NT>(o, _mm512_permutexvar_epi16(sel, tab));
 }
+template <bool NT>
 inline void chunk_pair32(const uint8_t* p, __m512 tab0, __m512 tab1, float* o) {
   const __m128i bytes = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), byte_order<kF32>());
   const __m512i ia = _mm512_cvtepu8_epi32(bytes);
@@ -291,11 +316,11 @@ inline void chunk_pair32(const uint8_t* p, __m512 tab0, __m512 tab1, float* o) {
   const __m512i sa = _mm512_ternarylogic_epi32(ia, _mm512_set1_epi32(0x0F), second, 0xEA);
   const __m512i sb = _mm512_or_si512(_mm512_srli_epi32(ia, 4), second);
   const __m512 a = _mm512_permutex2var_ps(tab0, sa, tab1), b = _mm512_permutex2var_ps(tab0, sb, tab1);
-  _mm512_storeu_ps(o, _mm512_unpacklo_ps(a, b));
-  _mm512_storeu_ps(o + 16, _mm512_unpackhi_ps(a, b));
+  put512<NT>(o, _mm512_unpacklo_ps(a, b));
+  put512<NT>(o + 16, _mm512_unpackhi_ps(a, b));
 }
 
-template <Kind N, Kind O, bool ZP>
+template <Kind N, Kind O, bool ZP, bool NT>
 void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp, size_t gs,
                  void* out) {
   const __m512 lutv = _mm512_loadu_ps(lut);
@@ -306,22 +331,22 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
       const __m512 t = group_values<ZP>(lutv, scale, zp, g);
       if constexpr (O == kF32) {
         const __m512 tab = natural_image<N>(t);
-        for (; j + 32 <= lim; j += 32) chunk_table32(packed + j / 2, tab, static_cast<float*>(out) + j);
+        for (; j + 32 <= lim; j += 32) chunk_table32<NT>(packed + j / 2, tab, static_cast<float*>(out) + j);
       } else {
         const __m512i tab = table16<N, O>(t);
-        for (; j + 32 <= lim; j += 32) chunk_table16(packed + j / 2, tab, static_cast<uint16_t*>(out) + j);
+        for (; j + 32 <= lim; j += 32) chunk_table16<NT>(packed + j / 2, tab, static_cast<uint16_t*>(out) + j);
       }
     } else if (gs % 16 == 0) {  // group g ends at j + 16 (nb is a multiple of 16): two tables
       const __m512 t0 = group_values<ZP>(lutv, scale, zp, g), t1 = group_values<ZP>(lutv, scale, zp, g + 1);
       if constexpr (O == kF32)
-        chunk_pair32(packed + j / 2, natural_image<N>(t0), natural_image<N>(t1), static_cast<float*>(out) + j);
-      else chunk_pair16(packed + j / 2, pair_table16<N, O>(t0, t1), static_cast<uint16_t*>(out) + j);
+        chunk_pair32<NT>(packed + j / 2, natural_image<N>(t0), natural_image<N>(t1), static_cast<float*>(out) + j);
+      else chunk_pair16<NT>(packed + j / 2, pair_table16<N, O>(t0, t1), static_cast<uint16_t*>(out) + j);
       j += 32;
     } else {
       const Lanes s = lane_values<O>(scale, j, g, nb, gs, 32);
       Lanes z = s;
       if constexpr (ZP) z = lane_values<O>(zp, j, g, nb, gs, 32);
-      chunk<N, O, ZP>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + j / 2)), lutv, s, z, out, j, ~0u);
+      chunk<N, O, ZP, NT>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + j / 2)), lutv, s, z, out, j, ~0u);
       j += 32;
     }
     while (nb <= j) {
@@ -335,8 +360,9 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
     const Lanes s = lane_values<O>(scale, j, g, nb, gs, n);
     Lanes z = s;
     if constexpr (ZP) z = lane_values<O>(zp, j, g, nb, gs, n);
-    chunk<N, O, ZP>(bytes, lutv, s, z, out, j, (1u << n) - 1);
+    chunk<N, O, ZP, NT>(bytes, lutv, s, z, out, j, (1u << n) - 1);
   }
+  if constexpr (NT) _mm_sfence();
 }
 
 // ---------------------------------------------------------------- fused 8-bit dequant
@@ -365,18 +391,21 @@ inline __m512 byte_values(__m128i bytes) {
   }
 }
 
-template <Kind N, Kind O, bool ZP, bool E4M3>
+template <Kind N, Kind O, bool ZP, bool E4M3, bool NT = false>
 inline void byte_chunk(__m128i bytes, __m512 s, __m512 z, void* out, size_t j, __mmask16 valid) {
   __m512 p = byte_values<E4M3>(bytes);
   if constexpr (ZP) p = _mm512_sub_ps(p, z);
   p = _mm512_mul_ps(p, s);
   if constexpr (O == kBF16) {
     const __m256i w = _mm512_cvtepi32_epi16(_mm512_srli_epi32(out_bf16_hi<N>(p), 16));
-    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(out) + j, valid, w);
+    if (NT && valid == 0xFFFF) put256<NT>(static_cast<uint16_t*>(out) + j, w);
+    else _mm256_mask_storeu_epi16(static_cast<uint16_t*>(out) + j, valid, w);
   } else if constexpr (O == kF16) {
-    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(out) + j, valid, out_f16<N>(p));
+    if (NT && valid == 0xFFFF) put256<NT>(static_cast<uint16_t*>(out) + j, out_f16<N>(p));
+    else _mm256_mask_storeu_epi16(static_cast<uint16_t*>(out) + j, valid, out_f16<N>(p));
   } else {
-    _mm512_mask_storeu_ps(static_cast<float*>(out) + j, valid, natural_image<N>(p));
+    if (NT && valid == 0xFFFF) put512<NT>(static_cast<float*>(out) + j, natural_image<N>(p));
+    else _mm512_mask_storeu_ps(static_cast<float*>(out) + j, valid, natural_image<N>(p));
   }
 }
 
@@ -406,6 +435,7 @@ inline ByteTable byte_table(__m512 s, __m512 z) {
   return t;
 }
 // Up to 64 columns from 64 code bytes (`n` of them valid) at out + j.
+template <bool NT>
 inline void byte_lookup(const ByteTable& t, __m512i c, uint16_t* o, unsigned n) {
   const __mmask64 top = _mm512_movepi8_mask(c);
   const __m512i lo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.lo[0], c, t.lo[1]),
@@ -418,8 +448,8 @@ inline void byte_lookup(const ByteTable& t, __m512i c, uint16_t* o, unsigned n) 
   const __m512i w0 = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), b);
   const __m512i w1 = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), b);
   if (n == 64) {
-    _mm512_storeu_si512(o, w0);
-    _mm512_storeu_si512(o + 32, w1);
+    put512<NT>(o, w0);
+    put512<NT>(o + 32, w1);
   } else {
     _mm512_mask_storeu_epi16(o, n >= 32 ? ~0u : _bzhi_u32(~0u, n), w0);
     if (n > 32) _mm512_mask_storeu_epi16(o + 32, _bzhi_u32(~0u, n - 32), w1);
@@ -428,11 +458,12 @@ inline void byte_lookup(const ByteTable& t, __m512i c, uint16_t* o, unsigned n) 
 constexpr size_t kByteTableFrom = 512;  // group length from which building a table pays off
 
 // Columns [j, j1) of a row through table t.
+template <bool NT>
 inline void table_run(const ByteTable& t, const uint8_t* codes, size_t j, size_t j1, uint16_t* o) {
-  for (; j + 64 <= j1; j += 64) byte_lookup(t, _mm512_loadu_si512(codes + j), o + j, 64);
+  for (; j + 64 <= j1; j += 64) byte_lookup<NT>(t, _mm512_loadu_si512(codes + j), o + j, 64);
   if (j < j1) {
     const unsigned n = static_cast<unsigned>(j1 - j);
-    byte_lookup(t, _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, n), codes + j), o + j, n);
+    byte_lookup<NT>(t, _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, n), codes + j), o + j, n);
   }
 }
 
@@ -465,7 +496,7 @@ inline const ByteTable& memo_table(void* memo, size_t g, float scale, float zp, 
   return m.t;
 }
 
-template <Kind N, Kind O, bool ZP, bool E4M3>
+template <Kind N, Kind O, bool ZP, bool E4M3, bool NT>
 void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* memo,
               void* out) {
   __m512 z = _mm512_setzero_ps();
@@ -476,22 +507,24 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
     size_t j = j0;
     if constexpr (O != kF32) {
       if (j1 - j0 >= kByteTableFrom) {  // a table of its own (kept in registers)
-        table_run(byte_table<N, O, ZP, E4M3>(s, z), codes, j0, j1, static_cast<uint16_t*>(out));
+        table_run<NT>(byte_table<N, O, ZP, E4M3>(s, z), codes, j0, j1, static_cast<uint16_t*>(out));
         continue;
       }
       if (memo && j1 - j0 >= kMemoFrom) {  // a table shared with the rows that repeat this scale
-        table_run(memo_table<N, O, ZP, E4M3>(memo, g, scale[g], ZP ? zp[g] : 0.f, s, z), codes, j0, j1,
-                  static_cast<uint16_t*>(out));
+        table_run<NT>(memo_table<N, O, ZP, E4M3>(memo, g, scale[g], ZP ? zp[g] : 0.f, s, z), codes, j0, j1,
+                      static_cast<uint16_t*>(out));
         continue;
       }
     }
     for (; j + 16 <= j1; j += 16)
-      byte_chunk<N, O, ZP, E4M3>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), s, z, out, j, 0xFFFF);
+      byte_chunk<N, O, ZP, E4M3, NT>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), s, z, out, j,
+                                     0xFFFF);
     if (j < j1) {
       const __mmask16 m = static_cast<__mmask16>((1u << (j1 - j)) - 1);
-      byte_chunk<N, O, ZP, E4M3>(_mm_maskz_loadu_epi8(m, codes + j), s, z, out, j, m);
+      byte_chunk<N, O, ZP, E4M3, NT>(_mm_maskz_loadu_epi8(m, codes + j), s, z, out, j, m);
     }
   }
+  if constexpr (NT) _mm_sfence();
 }
 
 }  // namespace
@@ -511,7 +544,10 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
   const size_t gs = static_cast<size_t>(spec.group_size);
   simd::with_kinds(spec, [&](auto n, auto o) {
     simd::with_flag(zp != nullptr, [&](auto z) {
-      dequant_run<decltype(n)::value, decltype(o)::value, decltype(z)::value>(packed, cols, lut, scale, zp, gs, out);
+      simd::with_flag(spec.stream, [&](auto nt) {
+        dequant_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(nt)::value>(
+            packed, cols, lut, scale, zp, gs, out);
+      });
     });
   });
 }
@@ -522,8 +558,10 @@ void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCod
   simd::with_kinds(spec, [&](auto n, auto o) {
     simd::with_flag(zp != nullptr, [&](auto z) {
       simd::with_flag(code == ::ctstream::codecs::ByteCode::e4m3, [&](auto e4m3) {
-        byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value>(codes, cols, scale,
-                                                                                                    zp, gs, memo, out);
+        simd::with_flag(spec.stream, [&](auto nt) {
+          byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value,
+                   decltype(nt)::value>(codes, cols, scale, zp, gs, memo, out);
+        });
       });
     });
   });
