@@ -21,6 +21,8 @@
 #include "codecs/dequant.hpp"
 #include "codecs/dispatch.hpp"
 #include "codecs/half.hpp"
+#include "codecs/minifloat.hpp"
+#include "core/packing.hpp"
 
 using namespace ctstream;
 using codecs::Isa;
@@ -105,9 +107,11 @@ void BM_convert(benchmark::State& st, DType src, DType dst, Isa isa) {
 
 // Fused int4 dequant of a rows x cols weight, group size 128, bf16 scales (as f32, one per row
 // and group), optional integer zero points: one kernel call per row, rows split across threads.
-void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_zp, DType natural, DType dst, Isa isa) {
+// fp4 (nvfp4: group 16, fp8 scales; mxfp4: group 32, E8M0 scales): the same kernel with the E2M1
+// table; scale_bytes = the stored size of one scale.
+void BM_dequant_nibble(benchmark::State& st, size_t rows, size_t cols, bool with_zp, DType natural, DType dst, bool fp4,
+                       size_t kGroup, size_t scale_bytes, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
-  constexpr size_t kGroup = 128;
   const size_t groups = (cols + kGroup - 1) / kGroup;
   std::mt19937 rng(2);
   std::vector<uint8_t> packed(rows * cols / 2);
@@ -116,7 +120,7 @@ void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_z
   std::vector<float> scale(rows * groups), zp(with_zp ? rows * groups : 0), lut(16);
   for (auto& s : scale) s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(sd(rng)))));
   for (auto& z : zp) z = static_cast<float>(rng() % 16);
-  for (int i = 0; i < 16; ++i) lut[i] = static_cast<float>(i - 8);
+  for (int i = 0; i < 16; ++i) lut[i] = fp4 ? codecs::e2m1_to_f32(static_cast<uint8_t>(i)) : static_cast<float>(i - 8);
   const size_t osz = dtype_bits(dst) / 8;
   std::vector<std::byte> out(rows * cols * osz);
   const codecs::DequantSpec spec{natural, dst, kGroup, false,
@@ -131,9 +135,9 @@ void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_z
     benchmark::DoNotOptimize(out.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * out.size()));  // output bytes
-  // As stored: 16-bit scales, 4-bit packed zero points.
-  traffic(st, static_cast<double>(packed.size() + scale.size() * 2 + zp.size() / 2), static_cast<double>(out.size()),
-          threads);
+  // As stored: scales of scale_bytes, 4-bit packed zero points.
+  traffic(st, static_cast<double>(packed.size() + scale.size() * scale_bytes + zp.size() / 2),
+          static_cast<double>(out.size()), threads);
   st.SetLabel(codecs::isa_name(isa));
 }
 
@@ -142,7 +146,7 @@ void BM_dequant_int4(benchmark::State& st, size_t rows, size_t cols, bool with_z
 // AVX-512), or groups of `group` columns whose scales repeat for `block_rows` rows (fp8 128x128
 // blocks: the kernel gets a per-thread table memo, as the reader gives it for block weights).
 void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::ByteCode code, size_t group,
-                     size_t block_rows, Isa isa) {
+                     size_t block_rows, DType dst, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
   const size_t gs = group ? group : cols, groups = (cols + gs - 1) / gs;
   std::mt19937 rng(4);
@@ -154,8 +158,9 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
   if (block_rows > 1)
     for (size_t r = 0; r < rows; ++r)
       for (size_t g = 0; g < groups; ++g) scale[r * groups + g] = scale[(r - r % block_rows) * groups + g];
-  std::vector<std::byte> out(rows * cols * 2);
-  const codecs::DequantSpec spec{DType::BF16, DType::BF16, gs, code == codecs::ByteCode::i8,
+  const size_t osz = dtype_bits(dst) / 8;
+  std::vector<std::byte> out(rows * cols * osz);
+  const codecs::DequantSpec spec{DType::BF16, dst, gs, code == codecs::ByteCode::i8,
                                  out.size() >= codecs::kStreamStoresFrom};  // as the reader
   const auto fn = codecs::dequant_byte_kernel(isa);
   for (auto _ : st) {
@@ -163,7 +168,7 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
       thread_local std::vector<std::byte> memo(codecs::kDequantByteMemoBytes);
       for (size_t r = b; r < b + n; ++r)
         fn(codes.data() + r * cols, cols, code, scale.data() + r * groups, nullptr, spec,
-           block_rows > 1 ? memo.data() : nullptr, out.data() + r * cols * 2);
+           block_rows > 1 ? memo.data() : nullptr, out.data() + r * cols * osz);
     });
     benchmark::DoNotOptimize(out.data());
   }
@@ -174,14 +179,50 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
   st.SetLabel(codecs::isa_name(isa));
 }
 
-// Sparse-bitmask bf16 (each element kept with probability 1/2) expanded to a dense 4096 x 4096
-// bf16 row by row, rows split across threads.
-void BM_bitmask_bf16(benchmark::State& st, Isa isa) {
+// pack-quantized int2..int8 but int4 (the 0.18+ dense packing), group 128, bf16 scales: what the
+// reader runs for them: the row's codes unpacked to int8 values, then the fused 8-bit kernel.
+void BM_dequant_packed(benchmark::State& st, unsigned bits, Isa isa) {
+  const int threads = static_cast<int>(st.range(0));
+  constexpr size_t kGroup = 128, groups = kCols / kGroup;
+  const size_t row_bytes = detail::packed_words(kCols, bits, true) * 4;
+  std::mt19937 rng(5);
+  std::vector<uint8_t> packed(kRows * row_bytes);
+  for (auto& b : packed) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> sd(0.001f, 0.02f);
+  std::vector<float> scale(kRows * groups);
+  for (auto& s : scale) s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(sd(rng)))));
+  std::vector<std::byte> out(kN * 2);
+  const codecs::DequantSpec spec{DType::BF16, DType::BF16, kGroup, true, out.size() >= codecs::kStreamStoresFrom};
+  const auto unpack = codecs::unpack_int8_kernel(isa);
+  const auto dequant = codecs::dequant_byte_kernel(isa);
+  for (auto _ : st) {
+    split(threads, kRows, [&](size_t b, size_t n) {
+      thread_local std::vector<int8_t> codes(kCols);
+      for (size_t r = b; r < b + n; ++r) {
+        unpack(packed.data() + r * row_bytes, bits, kCols, codes.data());
+        dequant(reinterpret_cast<const uint8_t*>(codes.data()), kCols, codecs::ByteCode::i8, scale.data() + r * groups,
+                nullptr, spec, nullptr, out.data() + r * kCols * 2);
+      }
+    });
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * out.size()));
+  traffic(st, static_cast<double>(packed.size() + scale.size() * 2), static_cast<double>(out.size()), threads);
+  st.SetLabel(codecs::isa_name(isa));
+}
+
+// Sparse-bitmask bf16 expanded to a dense 4096 x 4096 bf16 row by row, rows split across threads:
+// each element kept with probability 1/2 (bitmask), or exactly 2 of every 4 (2:4: the same kernel,
+// a structured mask).
+void BM_bitmask_bf16(benchmark::State& st, bool two_four, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
   const size_t mrow = kCols / 8;
   std::mt19937_64 rng(3);
   std::vector<uint8_t> mask(kRows * mrow);
-  for (auto& b : mask) b = static_cast<uint8_t>(rng());
+  static constexpr uint8_t kTwoOfFour[6] = {0x3, 0x5, 0x6, 0x9, 0xA, 0xC};
+  for (auto& b : mask)
+    b = two_four ? static_cast<uint8_t>(kTwoOfFour[rng() % 6] | kTwoOfFour[rng() % 6] << 4)
+                 : static_cast<uint8_t>(rng());
   std::vector<size_t> offset(kRows + 1, 0);  // first value of each row
   for (size_t r = 0; r < kRows; ++r)
     offset[r + 1] = offset[r] + codecs::bitmask_row_popcount(mask.data() + r * mrow, kCols);
@@ -236,6 +277,8 @@ void register_kernels() {
       size_t cols;
       bool zp;
       DType nat, d;
+      bool fp4 = false;
+      size_t group = 128, scale_bytes = 2;
     };
     for (const Int4 c :
          {Int4{"BM_dequant_int4/int4_g128_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16},
@@ -243,25 +286,39 @@ void register_kernels() {
           Int4{"BM_dequant_int4/int4_g128_bf16_4096x14336", kColsWide, false, DType::BF16, DType::BF16},
           Int4{"BM_dequant_int4/int4_g128_zp_bf16_4096x14336", kColsWide, true, DType::BF16, DType::BF16},
           Int4{"BM_dequant_int4/int4_g128_bf16_to_f32_4096x4096", kCols, false, DType::BF16, DType::F32},
-          Int4{"BM_dequant_int4/int4_g128_f16_4096x4096", kCols, false, DType::F16, DType::F16}})
-      add(c.name, [c, isa](benchmark::State& st) { BM_dequant_int4(st, kRows, c.cols, c.zp, c.nat, c.d, isa); });
+          Int4{"BM_dequant_int4/int4_g128_f16_4096x4096", kCols, false, DType::F16, DType::F16},
+          Int4{"BM_dequant_int4/nvfp4_g16_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16, true, 16, 1},
+          Int4{"BM_dequant_int4/nvfp4_g16_bf16_to_f32_4096x4096", kCols, false, DType::BF16, DType::F32, true, 16, 1},
+          Int4{"BM_dequant_int4/mxfp4_g32_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16, true, 32, 1}})
+      add(c.name, [c, isa](benchmark::State& st) {
+        BM_dequant_nibble(st, kRows, c.cols, c.zp, c.nat, c.d, c.fp4, c.group, c.scale_bytes, isa);
+      });
     struct Byte {
       const char* name;
       size_t cols;
       ByteCode code;
       size_t group, block_rows;
+      DType d = DType::BF16;
     };
     for (const Byte c : {Byte{"BM_dequant_byte/fp8_channel_bf16_4096x4096", kCols, ByteCode::e4m3, 0, 0},
                          Byte{"BM_dequant_byte/fp8_channel_bf16_4096x14336", kColsWide, ByteCode::e4m3, 0, 0},
                          Byte{"BM_dequant_byte/fp8_block128_bf16_4096x4096", kCols, ByteCode::e4m3, 128, 128},
                          Byte{"BM_dequant_byte/fp8_block128_bf16_4096x14336", kColsWide, ByteCode::e4m3, 128, 128},
                          Byte{"BM_dequant_byte/int8_channel_bf16_4096x4096", kCols, ByteCode::i8, 0, 0},
-                         Byte{"BM_dequant_byte/int8_group128_bf16_4096x4096", kCols, ByteCode::i8, 128, 0}})
+                         Byte{"BM_dequant_byte/int8_group128_bf16_4096x4096", kCols, ByteCode::i8, 128, 0},
+                         Byte{"BM_dequant_byte/fp8_channel_f16_4096x4096", kCols, ByteCode::e4m3, 0, 0, DType::F16},
+                         Byte{"BM_dequant_byte/fp8_channel_f32_4096x4096", kCols, ByteCode::e4m3, 0, 0, DType::F32}})
       add(
           c.name,
-          [c, isa](benchmark::State& st) { BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, isa); },
+          [c, isa](benchmark::State& st) {
+            BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, c.d, isa);
+          },
           isa != Isa::scalar);
-    add("BM_bitmask_bf16/sparse50_4096x4096", [isa](benchmark::State& st) { BM_bitmask_bf16(st, isa); });
+    add("BM_bitmask_bf16/sparse50_4096x4096", [isa](benchmark::State& st) { BM_bitmask_bf16(st, false, isa); });
+    add("BM_bitmask_bf16/sparse24_4096x4096", [isa](benchmark::State& st) { BM_bitmask_bf16(st, true, isa); });
+    for (unsigned bits : {2u, 3u, 5u, 8u})
+      add("BM_dequant_packed/int" + std::to_string(bits) + "_g128_bf16_4096x4096",
+          [bits, isa](benchmark::State& st) { BM_dequant_packed(st, bits, isa); });
   }
 }
 

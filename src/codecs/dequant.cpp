@@ -96,6 +96,18 @@ void dequant_byte(const uint8_t* codes, size_t cols, ByteCode code, const float*
                out, j);
   }
 }
+void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) noexcept {
+  const int32_t half = 1 << (bits - 1);
+  const uint64_t mask = (1u << bits) - 1, nbytes = (cols * bits + 7) / 8;
+  size_t i = 0;
+  // A 64-bit little-endian window at the code's byte while 8 bytes of the row remain there (the
+  // stream is little-endian words, so its bits are little-endian bytes), then int_code() itself.
+  for (; i < cols && (i * bits) / 8 + 8 <= nbytes; ++i) {
+    const uint64_t bit = i * bits;
+    out[i] = static_cast<int8_t>(static_cast<int32_t>((load_le64(words + bit / 8) >> (bit % 8)) & mask) - half);
+  }
+  for (; i < cols; ++i) out[i] = static_cast<int8_t>(static_cast<int32_t>(int_code(words, 4, bits, true, i)) - half);
+}
 }  // namespace scalar
 
 void unpack_int_row(const uint8_t* words, unsigned bits, bool dense, size_t cols, float* out) noexcept {

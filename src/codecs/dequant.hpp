@@ -68,6 +68,14 @@ inline constexpr size_t kDequantByteMemoBytes = 256 * 576 + 64;
 /// `words` must hold detail::packed_words(cols, bits, dense) words (core/packing.hpp).
 void unpack_int_row(const uint8_t* words, unsigned bits, bool dense, size_t cols, float* out) noexcept;
 
+/// Unpacks `cols` `bits`-wide (1..8) offset-binary codes of one row in the dense 0.18+ layout
+/// (code i at stream bits [i*b, i*b+b) of little-endian int32 words, unpack_from_int32) into their
+/// values u - 2^(bits-1) as int8, so the fused 8-bit kernel (ByteCode::i8) finishes the row with the
+/// arithmetic it applies to int8 weights (the same as dequant_f32_row over int_code_value()).
+/// `words` must hold detail::packed_words(cols, bits, true) words (the row's int32 words).
+using UnpackInt8Fn = void (*)(const uint8_t* words, unsigned bits, size_t cols, int8_t* out);
+UnpackInt8Fn unpack_int8_kernel(Isa isa) noexcept;
+
 /// Stores f32 `v` rounded to S then converted to D at out[j] (the scalar tail of every kernel).
 void store_dequant(float v, const DequantSpec& spec, void* out, size_t j) noexcept;
 

@@ -12,20 +12,21 @@ struct DequantSpec;
 enum class ByteCode : uint8_t;
 }  // namespace ctstream::codecs
 
-#define CTSTREAM_DECLARE_ISA_KERNELS                                                                             \
-  void f32_to_bf16(const void* in, void* out, size_t n) noexcept;                                                \
-  void f32_to_f16(const void* in, void* out, size_t n) noexcept;                                                 \
-  void bf16_to_f32(const void* in, void* out, size_t n) noexcept;                                                \
-  void f16_to_f32(const void* in, void* out, size_t n) noexcept;                                                 \
-  void bf16_to_f16(const void* in, void* out, size_t n) noexcept;                                                \
-  void f16_to_bf16(const void* in, void* out, size_t n) noexcept;                                                \
-  size_t bitmask_expand_1(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;             \
-  size_t bitmask_expand_2(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;             \
-  size_t bitmask_expand_4(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;             \
-  void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp, \
-                      const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept;                          \
-  void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCode code, const float* scale,    \
-                    const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept;
+#define CTSTREAM_DECLARE_ISA_KERNELS                                                                               \
+  void f32_to_bf16(const void* in, void* out, size_t n) noexcept;                                                  \
+  void f32_to_f16(const void* in, void* out, size_t n) noexcept;                                                   \
+  void bf16_to_f32(const void* in, void* out, size_t n) noexcept;                                                  \
+  void f16_to_f32(const void* in, void* out, size_t n) noexcept;                                                   \
+  void bf16_to_f16(const void* in, void* out, size_t n) noexcept;                                                  \
+  void f16_to_bf16(const void* in, void* out, size_t n) noexcept;                                                  \
+  size_t bitmask_expand_1(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;               \
+  size_t bitmask_expand_2(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;               \
+  size_t bitmask_expand_4(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;               \
+  void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp,   \
+                      const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept;                            \
+  void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCode code, const float* scale,      \
+                    const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept; \
+  void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) noexcept;
 
 namespace ctstream::codecs::scalar {
 CTSTREAM_DECLARE_ISA_KERNELS

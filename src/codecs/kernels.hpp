@@ -16,6 +16,7 @@ struct Kernels {
   BitmaskExpandFn bitmask_expand_1, bitmask_expand_2, bitmask_expand_4;
   DequantNibbleFn dequant_nibble;
   DequantByteFn dequant_byte;
+  UnpackInt8Fn unpack_int8;
 
   /// The conversion kernel `src` -> `dst` (both F32/F16/BF16, different); nullptr otherwise.
   ConvertFn convert(DType src, DType dst) const noexcept;

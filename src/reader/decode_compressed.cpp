@@ -230,6 +230,7 @@ class PackedIntDecoder final : public ScaledDecoder {
   void row(uint64_t r, std::byte* out) const override {
     // int4: the nibble order of the int32 packing on a little-endian host is the fp4 one.
     if (fused() && nibbles(r, r * row_bytes_, 0, cols_, kInt4Lut.data(), out)) return;
+    if (as_int8() && int8_codes(r, 0, cols_, out)) return;
     thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
     auto w = ck_.bytes(main_, r * row_bytes_, row_bytes_, sw, /*windowed=*/true);
@@ -238,11 +239,27 @@ class PackedIntDecoder final : public ScaledDecoder {
     dequant(r, xf.data(), cols_, 0, gidx_.empty() ? nullptr : gidx_.data(), out);
   }
   bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
-    return fused() && nibbles(r, r * row_bytes_, c0, c1, kInt4Lut.data(), out);
+    if (fused()) return nibbles(r, r * row_bytes_, c0, c1, kInt4Lut.data(), out);
+    return as_int8() && int8_codes(r, c0, c1, out);
   }
 
  private:
   bool fused() const { return bits_ == 4 && gidx_.empty(); }
+  // Other widths in the dense layout (the <= 0.17 one is the same for 1, 2 and 8 bits): the row's
+  // codes become int8 values (u - 2^(b-1)) and the fused 8-bit kernel finishes them as int8 weights.
+  bool as_int8() const { return bits_ != 4 && gidx_.empty() && (dense_ || 32 % bits_ == 0); }
+  // Columns [c0, c1) of row r; false when c0 is not on a group boundary or the 8-bit kernel does
+  // not apply (zero points whose subtraction rounds).
+  bool int8_codes(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const {
+    const auto goff = scales_.window_offset(c0, cols_);
+    if (!goff) return false;
+    thread_local ReadWindow sw;
+    thread_local std::vector<int8_t> codes;
+    auto w = ck_.bytes(main_, r * row_bytes_, row_bytes_, sw, /*windowed=*/true);
+    codes.resize(cols_);
+    k_.unpack_int8(reinterpret_cast<const uint8_t*>(w.data()), bits_, c1, codes.data());
+    return byte_codes(r, reinterpret_cast<const std::byte*>(codes.data() + c0), DType::I8, c1 - c0, *goff, out);
+  }
   unsigned bits_;
   bool dense_;
   uint64_t row_bytes_;

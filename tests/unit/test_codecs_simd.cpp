@@ -14,8 +14,10 @@
 
 #include "codecs/bitmask.hpp"
 #include "codecs/dequant.hpp"
+#include "codecs/element.hpp"
 #include "codecs/half.hpp"
 #include "codecs/minifloat.hpp"
+#include "core/packing.hpp"
 #include "ctstream/dtype.hpp"
 
 using namespace ctstream;
@@ -173,6 +175,35 @@ std::vector<float> fp4_lut() {
 }
 
 }  // namespace
+
+TEST_CASE("Packed int1-8 codes unpacked to int8 values: every ISA equals int_code(), reading only the row's words",
+          "[codecs][simd]") {
+  // The reference is element.hpp's int_code() (itself checked against the library's packing by
+  // the [ct] fixtures); the row's int32 words end at a PROT_NONE page, so a read past them faults.
+  std::mt19937 rng(11);
+  int calls = 0;
+  for (unsigned bits = 1; bits <= 8; ++bits)
+    for (size_t cols : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(63), size_t(64), size_t(65), size_t(127),
+                        size_t(128), size_t(129), size_t(1000), size_t(4096), size_t(4103)}) {
+      std::vector<uint8_t> row(detail::packed_words(cols, bits, true) * 4);
+      for (auto& b : row) b = static_cast<uint8_t>(rng());
+      std::vector<int8_t> want(cols);
+      for (size_t i = 0; i < cols; ++i)
+        want[i] = static_cast<int8_t>(codecs::int_code_value(codecs::int_code(row.data(), 4, bits, true, i), bits));
+      const Guarded g(row.data(), row.size());
+      for (Isa isa : codecs::kAllIsas) {
+        if (!codecs::isa_supported(isa)) continue;
+        std::vector<int8_t> got(cols + 64, 0x55);
+        codecs::unpack_int8_kernel(isa)(g.get<uint8_t>(), bits, cols, got.data());
+        ++calls;
+        INFO(codecs::isa_name(isa) << " bits " << bits << " cols " << cols);
+        CHECK(std::equal(want.begin(), want.end(), got.begin()));
+        CHECK(std::all_of(got.begin() + static_cast<std::ptrdiff_t>(cols), got.end(),
+                          [](int8_t c) { return c == 0x55; }));
+      }
+    }
+  REQUIRE(calls >= 8 * 13);
+}
 
 TEST_CASE("SIMD fused nibble dequant equals the scalar reference", "[codecs][simd]") {
   std::mt19937_64 rng(7);

@@ -233,4 +233,9 @@ void dequant_byte(const uint8_t* codes, size_t cols, ByteCode code, const float*
   });
 }
 
+// The scalar unpacking (a 64-bit window per code).
+void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) noexcept {
+  ::ctstream::codecs::scalar::unpack_int8(words, bits, cols, out);
+}
+
 }  // namespace ctstream::codecs::neon

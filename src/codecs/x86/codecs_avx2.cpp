@@ -479,4 +479,8 @@ void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCod
     });
   });
 }
+// No byte-granular variable shift in AVX2: the scalar unpacking (a 64-bit window per code).
+void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) noexcept {
+  ::ctstream::codecs::scalar::unpack_int8(words, bits, cols, out);
+}
 }  // namespace ctstream::codecs::avx2

@@ -539,6 +539,30 @@ size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o) noex
   return expand_row<4>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
 
+// 64 codes per step from the 8 * bits bytes that hold them: vpermb puts bytes [k*b, k*b + 8) in
+// qword k (codes 8k..8k+7 start at its bit 0), vpmultishiftqb takes the 8 bits at bit j*b of it
+// into byte j, and the mask and a byte subtraction give u - 2^(b-1). Masked loads read only the
+// row's ceil(cols * b / 8) bytes.
+void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) noexcept {
+  const uint64_t nbytes = (cols * bits + 7) / 8, step = 8ull * bits;
+  alignas(64) uint8_t idx[64], ctl[64];
+  for (unsigned q = 0; q < 64; ++q) {
+    idx[q] = static_cast<uint8_t>((q / 8) * bits + q % 8);
+    ctl[q] = static_cast<uint8_t>((q % 8) * bits);
+  }
+  const __m512i vidx = _mm512_load_si512(idx), vctl = _mm512_load_si512(ctl);
+  const __m512i mask = _mm512_set1_epi8(static_cast<char>((1u << bits) - 1));
+  const __m512i half = _mm512_set1_epi8(static_cast<char>(1u << (bits - 1)));
+  for (size_t i = 0, b = 0; i < cols; i += 64, b += step) {
+    const uint64_t avail = nbytes - b < step ? nbytes - b : step;
+    const __m512i in = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, static_cast<unsigned>(avail)), words + b);
+    const __m512i u = _mm512_and_si512(_mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vidx, in)), mask);
+    const __m512i v = _mm512_sub_epi8(u, half);
+    if (cols - i >= 64) _mm512_storeu_si512(out + i, v);
+    else _mm512_mask_storeu_epi8(out + i, _bzhi_u64(~0ull, static_cast<unsigned>(cols - i)), v);
+  }
+}
+
 void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp,
                     const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept {
   const size_t gs = static_cast<size_t>(spec.group_size);
