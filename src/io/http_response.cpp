@@ -109,11 +109,13 @@ Verdict judge_success(const RangeRequest& req, const ResponseHead& head) {
   if (req.etag.empty() && !req.last_modified.empty()) {
     // No strong ETag at open: the Last-Modified recorded then pins the object (with its size).
     const std::string_view lm = head.last_modified ? trim(*head.last_modified) : std::string_view();
-    if (lm != req.last_modified)
-      return make(Action::object_changed,
-                  "object changed while reading (Last-Modified " +
-                      (head.last_modified ? "'" + printable(lm, 64) + "'" : std::string("missing")) + ", opened as '" +
-                      printable(req.last_modified, 64) + "')");
+    if (lm != req.last_modified) {
+      std::string why = "object changed while reading (Last-Modified ";
+      if (head.last_modified) why.append("'").append(printable(lm, 64)).append("'");
+      else why.append("missing");
+      why.append(", opened as '").append(printable(req.last_modified, 64)).append("')");
+      return make(Action::object_changed, std::move(why));
+    }
   }
   std::optional<uint64_t> length;
   if (head.content_length) {
