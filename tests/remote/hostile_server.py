@@ -42,6 +42,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             counts[self.path] = n + 1
         mode = self.path.strip("/").split("/")[0]
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        if mode == "bad_xml" and not m:  # also answers plain GETs (HttpClient::get_document)
+            self.hostile(mode, 0, 0, b"")
+            return
         if not m:
             self.send_error(400)
             return
