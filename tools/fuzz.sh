@@ -22,7 +22,7 @@ if [ "${1:-}" = table ]; then
     } END {
       print "| target | executions (total) | runs | fuzzing time | max cov / ft | last run | runs with a finding |"
       print "|---|---|---|---|---|---|---|"
-      n_order = split("header config shards checkpoint decode differential writer low_rank aws_ini http_response", order, " ")
+      n_order = split("header config shards checkpoint decode differential writer low_rank aws_ini http_response list_objects", order, " ")
       for (i = 1; i <= n_order; i++) { t = order[i]
         if (t in n) printf "| `fuzz_%s` | %d | %d | %.1f h | %s / %s | %s | %d |\n", t, n[t], runs[t], secs[t] / 3600, cov[t], ft[t], last[t], bad[t]
         else printf "| `fuzz_%s` | 0 | 0 | - | - | - | - |\n", t }
@@ -42,7 +42,7 @@ command -v clang++ >/dev/null || bash tools/setup.sh
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCTSTREAM_FUZZ=ON \
   -DCTSTREAM_BUILD_BENCH=OFF >/dev/null
 # The remote parsers' targets exist when the tree found libcurl (CTSTREAM_REMOTE).
-if grep -q '^CTSTREAM_REMOTE:BOOL=ON' build-fuzz/CMakeCache.txt; then TARGETS+=(aws_ini http_response); fi
+if grep -q '^CTSTREAM_REMOTE:BOOL=ON' build-fuzz/CMakeCache.txt; then TARGETS+=(aws_ini http_response list_objects); fi
 cmake --build build-fuzz -j"$(nproc)" --target "${TARGETS[@]/#/fuzz_}" >/dev/null
 mkdir -p build-fuzz/findings build-fuzz/seeds
 for t in "${TARGETS[@]}"; do  # (re)made when a target has none yet (a target added since)

@@ -1,13 +1,15 @@
 // The public C++ API throws ctstream::Error and nothing else. Every entry point runs its body
-// through at_boundary(): an Error passes unchanged, an allocation failure becomes
-// Error{out_of_memory}, a std::filesystem error (a link loop, a name too long, a directory
-// that cannot be listed: the environment, not a bug) Error{io} naming its path, and anything
-// else (a bug) Error{internal}, named after the file and tensor the call concerned.
+// through at_boundary(): an Error passes unchanged (given the call's tensor when it names none),
+// an allocation failure becomes Error{out_of_memory}, a std::filesystem error (a link loop, a name
+// too long, a directory that cannot be listed: the environment, not a bug) Error{io} naming its
+// path, and anything else (a bug) Error{internal}, named after the file and tensor the call
+// concerned.
 #pragma once
 #include <exception>
 #include <filesystem>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include "ctstream/error.hpp"
 
@@ -17,8 +19,14 @@ template <class F>
 auto at_boundary(const std::string& file, const std::string& tensor, F&& body) -> decltype(body()) {
   try {
     return body();
-  } catch (const Error&) {
-    throw;
+  } catch (const Error& e) {
+    // An error from below the reader (a remote read that gave up, an I/O fault) knows its file but
+    // not the tensor being read: the entry point names it.
+    if (!e.tensor().empty() || tensor.empty()) throw;
+    std::string_view msg = e.what();
+    if (const std::string prefix = e.file() + ": "; !e.file().empty() && msg.substr(0, prefix.size()) == prefix)
+      msg.remove_prefix(prefix.size());
+    throw Error(e.kind(), e.file().empty() ? file : e.file(), tensor, std::string(msg));
   } catch (const std::bad_alloc&) {
     throw Error(ErrorKind::out_of_memory, file, tensor, "out of memory");
   } catch (const std::filesystem::filesystem_error& e) {

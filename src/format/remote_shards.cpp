@@ -1,10 +1,13 @@
 // format — which objects make up a remote checkpoint (see discover_remote_shards in shards.hpp).
+#include <algorithm>
+#include <set>
 #include <string>
 
 #include "ctstream/error.hpp"
 #include "format/file_names.hpp"
 #include "format/shards.hpp"
 #include "io/remote_file.hpp"
+#include "io/s3_list.hpp"
 #include "io/url.hpp"
 
 namespace ctstream::format {
@@ -27,6 +30,44 @@ bool exists(const std::string& url) {
 }
 
 std::string optional_object(const std::string& url) { return exists(url) ? url : std::string(); }
+
+// An s3:// prefix without model.safetensors.index.json: its objects listed (ListObjectsV2), then
+// the rules of the local discover_shards over a directory: one other *.safetensors.index.json is
+// the index (several: refused), else every *.safetensors, in name order; nothing: refused.
+void discover_listed(ShardSet& lay, const io::Url& u, const std::string& dir, const std::string& display,
+                     uint64_t max_json) {
+  std::string prefix = u.path;
+  if (!prefix.empty() && prefix.back() != '/') prefix += '/';
+  const io::PrefixListing listing = io::list_s3_prefix(u.host, prefix, io::default_http_client());
+  if (!listing.any) throw Error(ErrorKind::file_not_found, display, "", "no such object or prefix");
+  std::vector<std::string> indexes, weights;
+  std::set<std::string> names;
+  for (const io::ListedObject& o : listing.objects) {
+    names.insert(o.key);
+    if (o.key.size() > kIndexSuffix.size() && ends_with(o.key, kIndexSuffix)) indexes.push_back(o.key);
+    else if (o.key.size() > kWeightsSuffix.size() && ends_with(o.key, kWeightsSuffix)) weights.push_back(o.key);
+  }
+  if (indexes.size() > 1)
+    throw Error(ErrorKind::invalid_header, display, "",
+                "prefix holds several *.safetensors.index.json objects; open one shard set's file directly");
+  if (indexes.size() == 1) {
+    const std::string index = dir + indexes.front();
+    const std::string text = io::read_small_remote(index, max_json);
+    lay.index_path = index;
+    lay.index_id.path = index;
+    fill_from_index(lay, text, [&](const std::string& shard) {
+      const std::string p = dir + shard;
+      // Listed names need no request; a shard in a sub-prefix is probed.
+      return std::filesystem::path(
+          names.count(shard) || (shard.find('/') != std::string::npos && exists(p)) ? p : std::string());
+    });
+    return;
+  }
+  std::sort(weights.begin(), weights.end());
+  if (weights.empty())
+    throw Error(ErrorKind::not_found, display, "", "prefix holds no *.safetensors object and no index");
+  for (const std::string& w : weights) lay.files.emplace_back(dir + w);
+}
 
 }  // namespace
 
@@ -64,11 +105,15 @@ ShardSet discover_remote_shards(const std::string& url, uint64_t max_json) {
     });
     return lay;
   }
+  if (u.scheme == io::UrlScheme::s3) {
+    discover_listed(lay, u, dir, display, max_json);
+    return lay;
+  }
   const std::string single = dir + "model.safetensors";
   if (!exists(single))
     throw Error(ErrorKind::file_not_found, display, "",
-                "no model.safetensors.index.json and no model.safetensors under this prefix (remote "
-                "checkpoints are found by those names; open a *.safetensors URL directly otherwise)");
+                "no model.safetensors.index.json and no model.safetensors under this path (an http(s) "
+                "location cannot be listed: open a *.safetensors URL directly otherwise)");
   lay.files.emplace_back(single);
   return lay;
 }

@@ -35,9 +35,11 @@ void fill_from_index(ShardSet& lay, std::string_view text,
 /// The files of a remote checkpoint (s3://bucket/prefix, http(s)://host/path; `url` as given): a
 /// URL whose last segment ends in ".safetensors" is one file (with config.json beside it when
 /// present), anything else a directory prefix holding config.json (optional), then
-/// model.safetensors.index.json and the shards it names, or else model.safetensors. No listing:
-/// other index names are not found. ShardSet paths hold the URLs. Same error kinds as
-/// discover_shards. Remote builds only (CTSTREAM_REMOTE).
+/// model.safetensors.index.json and the shards it names; else, for s3://, the prefix listed
+/// (ListObjectsV2) under the local rules (another single *.safetensors.index.json, several refused,
+/// else every *.safetensors in name order), and for http(s):// (no listing) model.safetensors.
+/// ShardSet paths hold the URLs. Same error kinds as discover_shards. Remote builds only
+/// (CTSTREAM_REMOTE).
 ShardSet discover_remote_shards(const std::string& url, uint64_t max_json_bytes);
 
 /// True when `name` is a relative path that cannot leave its directory.

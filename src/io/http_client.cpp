@@ -67,6 +67,19 @@ HttpTarget http_target(const Url& url) {
   return t;
 }
 
+HttpTarget s3_bucket_target(std::string_view bucket, std::string_view query, const S3Config& cfg,
+                            std::string_view display_url) {
+  HttpTarget t;
+  const AddressingStyle style = resolve_addressing(cfg.endpoint, bucket, cfg.addressing);
+  t.request_url = object_url(cfg.endpoint, bucket, "", style, query);
+  t.display = redact_url(display_url);
+  t.s3 = true;
+  t.sign = !cfg.anonymous;
+  t.region = cfg.region;
+  t.credentials = cfg.credentials;
+  return t;
+}
+
 HttpOptions HttpOptions::from_env() {
   HttpOptions o;
   if (auto v = env_number("CTSTREAM_S3_MAX_ATTEMPTS")) o.max_attempts = std::max(1, static_cast<int>(*v));
@@ -110,7 +123,9 @@ void HttpClient::give_back(void* h) noexcept {
   }
 }
 
-HttpStats HttpClient::stats() const noexcept { return {requests_.load(), retries_.load(), bytes_.load()}; }
+HttpStats HttpClient::stats() const noexcept {
+  return {requests_.load(), retries_.load(), bytes_.load(), unpinned_.load()};
+}
 
 /// The state of one transfer, shared with libcurl's callbacks.
 struct HttpClient::Attempt {
@@ -169,9 +184,11 @@ struct HttpClient::Attempt {
   }
 };
 
-// One request's options: `range` "A-B", or nullptr for a HEAD. `sigv4` must outlive the transfer.
-static void configure(CURL* h, const HttpTarget& t, HttpClient::Attempt& a, HeaderList& headers,
-                      const std::string& etag, const char* range, std::string& sigv4, const HttpOptions& opt) {
+// One request's options: `range` "A-B", or nullptr for a HEAD (`head`) or a plain GET. `sigv4`
+// must outlive the transfer; the callbacks get `a`.
+template <class A>
+static void configure(CURL* h, const HttpTarget& t, A& a, HeaderList& headers, const std::string& etag,
+                      const char* range, std::string& sigv4, const HttpOptions& opt, bool head = true) {
   if (t.s3) {
     headers.add("x-amz-content-sha256: UNSIGNED-PAYLOAD");
     if (t.sign && !t.credentials.session_token.empty())
@@ -194,7 +211,7 @@ static void configure(CURL* h, const HttpTarget& t, HttpClient::Attempt& a, Head
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "https");
   }
   if (range) curl_easy_setopt(h, CURLOPT_RANGE, range);
-  else curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  else if (head) curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
   if (headers.list) curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.list);
   if (t.sign) {
     curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4.c_str());
@@ -205,9 +222,9 @@ static void configure(CURL* h, const HttpTarget& t, HttpClient::Attempt& a, Head
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, opt.stall_timeout_s);
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &HttpClient::Attempt::on_header);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &A::on_header);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &a);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &HttpClient::Attempt::on_body);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &A::on_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &a);
 }
 
@@ -219,6 +236,7 @@ uint64_t HttpClient::fetch(const HttpTarget& t, uint64_t offset, std::span<std::
   uint64_t done = 0;
   std::optional<uint64_t> known_size = pinned ? std::optional<uint64_t>(pinned->size) : std::nullopt;
   std::string etag = pinned ? pinned->etag : std::string();
+  std::string last_modified = pinned ? pinned->last_modified : std::string();
   std::string last_reason;
   bool last_short = false;
   CURL* h = static_cast<CURL*>(acquire());
@@ -234,6 +252,7 @@ uint64_t HttpClient::fetch(const HttpTarget& t, uint64_t offset, std::span<std::
     a.req.length = out.size() - done;
     a.req.size = known_size;
     a.req.etag = etag;
+    a.req.last_modified = last_modified;
     a.dst = out.data() + done;
     a.room = out.size() - done;
 
@@ -265,13 +284,18 @@ uint64_t HttpClient::fetch(const HttpTarget& t, uint64_t offset, std::span<std::
         const http::Verdict& av = a.accepted_verdict;
         if (!known_size) {  // the first response pins the object
           known_size = av.total;
-          if (a.acc.head().etag)
-            if (auto e = http::parse_etag(*a.acc.head().etag)) etag = e->value;
+          const http::ResponseHead& hd = a.acc.head();
+          if (hd.etag)
+            if (auto e = http::parse_etag(*hd.etag); e && !e->weak) etag = e->value;
+          // A weak or missing ETag: the Last-Modified date pins the object instead (design 3.4).
+          if (etag.empty() && hd.last_modified) last_modified = *hd.last_modified;
+          if (etag.empty() && last_modified.empty()) unpinned_.fetch_add(1, std::memory_order_relaxed);
         }
         done += a.received;
         if (a.received == a.expected) {
           seen.size = *known_size;
           seen.etag = etag;
+          seen.last_modified = last_modified;
           return done;
         }
         // A short body: resume from where it stopped.
@@ -283,7 +307,9 @@ uint64_t HttpClient::fetch(const HttpTarget& t, uint64_t offset, std::span<std::
     } else {
       const int code = (a.error_body_full && rc == CURLE_WRITE_ERROR) ? 0 : static_cast<int>(rc);
       v = http::judge(a.req, a.acc.head(), code, a.error_body, static_cast<int64_t>(std::time(nullptr)));
-      if (code != 0 && v.action != http::Action::accept)
+      // A head refused by the header rules aborted the transfer itself (CURLE_WRITE_ERROR): its
+      // reason, not libcurl's "Failed writing received data", is what the message says.
+      if (code != 0 && v.action != http::Action::accept && !a.acc.head().overflow)
         v.reason = std::string("transfer failed: ") + curl_easy_strerror(rc);
       last_short = false;
     }
@@ -300,13 +326,15 @@ uint64_t HttpClient::fetch(const HttpTarget& t, uint64_t offset, std::span<std::
           http::parse_content_length(*hd.content_length) == uint64_t{0}) {
         seen.size = 0;
         if (hd.etag)
-          if (auto e = http::parse_etag(*hd.etag)) seen.etag = e->value;
+          if (auto e = http::parse_etag(*hd.etag); e && !e->weak) seen.etag = e->value;
+        if (seen.etag.empty() && hd.last_modified) seen.last_modified = *hd.last_modified;
         return 0;
       }
     }
     if (v.action == http::Action::accept) {  // a 200/206 with nothing wrong but nothing written
       seen.size = known_size.value_or(v.total);
       seen.etag = etag;
+      seen.last_modified = last_modified;
       return done;
     }
     last_reason = v.reason;
@@ -357,6 +385,85 @@ std::string HttpClient::read_head(const HttpTarget& t, uint64_t max_bytes, Objec
   s.resize(info.size);
   read(t, info, got, std::as_writable_bytes(std::span<char>(s.data() + got, s.size() - got)));
   return s;
+}
+
+namespace {
+// One plain GET of a document: the head under http_response's caps, the body up to a cap.
+struct DocAttempt {
+  http::HeaderAccumulator acc;
+  std::string body;
+  uint64_t cap = 0;
+  bool too_long = false;
+  static size_t on_header(char* p, size_t size, size_t n, void* self) {
+    auto* a = static_cast<DocAttempt*>(self);
+    const size_t len = size * n;
+    return a->acc.add_line(std::string_view(p, len)) ? len : 0;
+  }
+  static size_t on_body(char* p, size_t size, size_t n, void* self) {
+    auto* a = static_cast<DocAttempt*>(self);
+    const size_t len = size * n;
+    const int status = a->acc.head().status;
+    // An error body is kept to its first max_error_body bytes; a document to the cap.
+    const uint64_t cap = status == 200 ? a->cap : http::max_error_body;
+    if (len > cap - std::min<uint64_t>(cap, a->body.size())) {
+      a->body.append(p, cap - std::min<uint64_t>(cap, a->body.size()));
+      a->too_long = true;
+      return 0;
+    }
+    a->body.append(p, len);
+    return len;
+  }
+};
+}  // namespace
+
+std::string HttpClient::get_document(const HttpTarget& t, uint64_t max_bytes) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::duration<double>(opt_.max_total_s);
+  thread_local std::minstd_rand rng(std::random_device{}());
+  CURL* h = static_cast<CURL*>(acquire());
+  struct Return {
+    HttpClient* c;
+    CURL* h;
+    ~Return() { c->give_back(h); }
+  } ret{this, h};
+  for (int attempt = 0;; ++attempt) {
+    DocAttempt a;
+    a.cap = max_bytes;
+    HeaderList headers;
+    std::string sigv4;
+    configure(h, t, a, headers, {}, nullptr, sigv4, opt_, false);
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    const CURLcode rc = curl_easy_perform(h);
+    bytes_.fetch_add(a.body.size(), std::memory_order_relaxed);
+    const http::ResponseHead& hd = a.acc.head();
+    if (a.too_long && hd.status == 200)
+      throw Error(ErrorKind::header_too_large, t.display, "",
+                  "the server's answer is longer than " + std::to_string(max_bytes) + " bytes");
+    if (rc == CURLE_OK && !hd.overflow && !hd.conflict && hd.status == 200) return std::move(a.body);
+    http::RangeRequest req;  // judged as a whole-object request: only the error rules apply
+    req.whole_object = true;
+    req.length = 1;
+    const int code = (a.too_long && rc == CURLE_WRITE_ERROR) ? 0 : static_cast<int>(rc);
+    http::Verdict v = http::judge(req, hd, code, a.body, static_cast<int64_t>(std::time(nullptr)));
+    if (code != 0 && !hd.overflow) v.reason = std::string("transfer failed: ") + curl_easy_strerror(rc);
+    if (v.action == http::Action::accept) {  // a 2xx other than 200, or 200 refused: not a document
+      v.action = http::Action::fail;
+      v.reason = "unexpected HTTP status " + std::to_string(hd.status);
+    }
+    if (v.action != http::Action::retry && v.action != http::Action::retry_throttled)
+      throw http::verdict_error(v, t.display);
+    const double base = opt_.backoff_base_s * (v.action == http::Action::retry_throttled ? 10 : 1);
+    const double cap = std::min(opt_.backoff_cap_s, base * std::ldexp(1.0, std::min(attempt, 30)));
+    double wait = std::uniform_real_distribution<double>(0, cap)(rng);
+    if (v.retry_after_s) wait = std::min<double>(opt_.backoff_cap_s, std::max<double>(wait, *v.retry_after_s));
+    const bool out_of_time = clock::now() + std::chrono::duration<double>(wait) > deadline;
+    if (attempt + 1 >= opt_.max_attempts || out_of_time)
+      throw Error(ErrorKind::io, t.display, "",
+                  "gave up after " + std::to_string(attempt + 1) + " attempt(s)" +
+                      (out_of_time ? " (time limit)" : "") + ": " + v.reason);
+    retries_.fetch_add(1, std::memory_order_relaxed);
+    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+  }
 }
 
 HttpClient& default_http_client() {

@@ -40,6 +40,10 @@ struct HttpTarget {
 HttpTarget s3_target(const Url& url, const S3Config& cfg);
 /// The target of an http(s):// URL (unsigned).
 HttpTarget http_target(const Url& url);
+/// The target of a bucket-level request (ListObjectsV2) to `bucket` with `query` (canonical, see
+/// canonical_query); `display` names `display_url` (the prefix listed).
+HttpTarget s3_bucket_target(std::string_view bucket, std::string_view query, const S3Config& cfg,
+                            std::string_view display_url);
 
 struct HttpOptions {
   int max_attempts = 5;             ///< CTSTREAM_S3_MAX_ATTEMPTS
@@ -54,12 +58,17 @@ struct HttpOptions {
 
 struct HttpStats {
   uint64_t requests = 0, retries = 0, bytes_received = 0;
+  /// Objects opened with neither a strong ETag nor a Last-Modified: only their size is pinned.
+  uint64_t unpinned = 0;
 };
 
-/// What a read learnt about the object.
+/// What a read learnt about the object, and what every later response must repeat: the size, and
+/// the strong ETag, or, when the server gives a weak one (`W/"..."`, which may stay equal across
+/// byte changes) or none, the Last-Modified date.
 struct ObjectInfo {
   uint64_t size = 0;
-  std::string etag;  ///< quotes kept; "" when the server sends none
+  std::string etag;           ///< strong, quotes kept; "" when the server sends none or a weak one
+  std::string last_modified;  ///< set only when etag is "": the Last-Modified at open ("" = none)
 };
 
 class HttpClient {
@@ -83,6 +92,11 @@ class HttpClient {
   /// is not read further (the caller refuses it by info.size), so memory follows the object.
   std::string read_head(const HttpTarget& t, uint64_t max_bytes, ObjectInfo& info);
 
+  /// A plain GET (no Range) of a small answer that is not an object's bytes (an S3 listing): the
+  /// body, at most `max_bytes` (a longer one is Error{header_too_large}, read no further).
+  /// Retried and refused like read(): an error status is the same Error.
+  std::string get_document(const HttpTarget& t, uint64_t max_bytes);
+
   HttpStats stats() const noexcept;
   const HttpOptions& options() const noexcept { return opt_; }
 
@@ -99,7 +113,7 @@ class HttpClient {
   std::mutex mu_;
   std::vector<void*> idle_;  // CURL* easy handles
   int owner_pid_;            // idle handles (and their connections) belong to this process
-  std::atomic<uint64_t> requests_{0}, retries_{0}, bytes_{0};
+  std::atomic<uint64_t> requests_{0}, retries_{0}, bytes_{0}, unpinned_{0};
 };
 
 /// The process-wide client the remote files share (its handles' connections are reused).

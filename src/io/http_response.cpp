@@ -106,6 +106,17 @@ Verdict judge_success(const RangeRequest& req, const ResponseHead& head) {
       return make(Action::object_changed, "object changed while reading (ETag " + printable(etag->value, 80) +
                                               ", opened as " + printable(req.etag, 80) + ")");
   }
+  if (req.etag.empty() && !req.last_modified.empty()) {
+    // No strong ETag at open: the Last-Modified recorded then pins the object (with its size).
+    const std::string_view lm = head.last_modified ? trim(*head.last_modified) : std::string_view();
+    if (lm != req.last_modified) {
+      std::string why = "object changed while reading (Last-Modified ";
+      if (head.last_modified) why.append("'").append(printable(lm, 64)).append("'");
+      else why.append("missing");
+      why.append(", opened as '").append(printable(req.last_modified, 64)).append("')");
+      return make(Action::object_changed, std::move(why));
+    }
+  }
   std::optional<uint64_t> length;
   if (head.content_length) {
     length = parse_content_length(*head.content_length);
@@ -325,21 +336,20 @@ Action classify_transport(int curl_code) noexcept {
   }
 }
 
-namespace {
-// The text between the first `open` tag and the `close` after it in the first max_error_body bytes
-// of an S3 error body, trimmed; nullopt when there is none.
-std::optional<std::string_view> s3_error_element(std::string_view body, std::string_view open, std::string_view close) {
-  body = body.substr(0, max_error_body);
-  const size_t at = body.find(open);
+std::optional<std::string_view> xml_element(std::string_view xml, std::string_view tag) {
+  if (tag.empty() || tag.size() > 64) return std::nullopt;
+  std::string open, close;  // appended, not operator+ (GCC 12's -Wrestrict false positive on it)
+  open.append("<").append(tag).append(">");
+  close.append("</").append(tag).append(">");
+  const size_t at = xml.find(open);
   if (at == std::string_view::npos) return std::nullopt;
-  const size_t start = at + open.size(), end = body.find(close, start);
+  const size_t start = at + open.size(), end = xml.find(close, start);
   if (end == std::string_view::npos) return std::nullopt;
-  return trim(body.substr(start, end - start));
+  return trim(xml.substr(start, end - start));
 }
-}  // namespace
 
 std::string extract_s3_error_code(std::string_view body) {
-  const auto code = s3_error_element(body, "<Code>", "</Code>");
+  const auto code = xml_element(body.substr(0, max_error_body), "Code");
   if (!code || code->empty() || code->size() > 64) return {};
   for (char c : *code)
     if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '.')) return {};
@@ -347,7 +357,7 @@ std::string extract_s3_error_code(std::string_view body) {
 }
 
 std::string extract_s3_error_message(std::string_view body) {
-  const auto msg = s3_error_element(body, "<Message>", "</Message>");
+  const auto msg = xml_element(body.substr(0, max_error_body), "Message");
   return msg ? printable(*msg, 200) : std::string();
 }
 

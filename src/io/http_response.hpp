@@ -83,7 +83,10 @@ struct RangeRequest {
   uint64_t length = 0;           ///< > 0
   bool whole_object = false;     ///< sent without a Range header (the whole object is wanted)
   std::optional<uint64_t> size;  ///< the object size recorded at open
-  std::string etag;              ///< the ETag recorded at open ("" = none)
+  std::string etag;              ///< the strong ETag recorded at open ("" = none)
+  /// The Last-Modified recorded at open when the server gave no strong ETag (a weak `W/` one or
+  /// none): then every response must carry this same Last-Modified ("" = none recorded: size only).
+  std::string last_modified;
 };
 
 /// What to do with a finished (or failed) transfer. A closed set (fuzz_http_response checks it).
@@ -114,6 +117,8 @@ struct Verdict {
 /// of an object of the recorded size; a 200 without one is accepted only for a whole-object request
 /// (or one whose range is the whole object); Content-Length, when given, equals the range's length;
 /// an ETag differing from the recorded one is `object_changed` (rclone ignores If-Match).
+/// Without a recorded ETag, a recorded Last-Modified must be repeated exactly (a weak ETag is never
+/// compared: W/ tags may stay equal across byte changes, RFC 9110 8.8.1).
 /// Statuses: 5xx, 408, 429 and 400 RequestTimeout retried (AWS SDKs' "Retry behavior"); 503 and
 /// the throttling codes as `retry_throttled`; 404, 403, 412, 416 and every other status final.
 Verdict judge(const RangeRequest& req, const ResponseHead& head, int curl_code, std::string_view error_body,
@@ -121,6 +126,10 @@ Verdict judge(const RangeRequest& req, const ResponseHead& head, int curl_code, 
 
 /// Retry class of a libcurl transport error (CURLcode as int; 0 is not an error).
 Action classify_transport(int curl_code) noexcept;
+
+/// The text of the first `<tag>...</tag>` element in `xml` (trimmed; no entity decoding, no nesting
+/// awareness: the S3 error and listing bodies are flat enough), nullopt when there is none.
+std::optional<std::string_view> xml_element(std::string_view xml, std::string_view tag);
 
 /// The S3 error XML's <Code> (ASCII letters, digits and '.', at most 64), read from the first
 /// max_error_body bytes only; "" when there is none.

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Seed corpora for every fuzz target, from the fixtures:  make_corpus.sh OUT_DIR
 # Writes OUT_DIR/<target>/ for checkpoint header config shards decode differential writer low_rank
-# aws_ini http_response.
+# aws_ini http_response list_objects.
 # (The committed, minimized corpora are tests/fuzz/corpus/<target>/; fuzz.sh runs both.)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:?corpus dir}
 F=$ROOT/tests/fixtures
-mkdir -p "$OUT"/{checkpoint,header,config,shards,decode,differential,writer,low_rank,aws_ini,http_response}
+mkdir -p "$OUT"/{checkpoint,header,config,shards,decode,differential,writer,low_rank,aws_ini,http_response,list_objects}
 
 # checkpoint: a selector byte (which fixture config sits beside the file, see fuzz_checkpoint.cpp)
 # + the bytes of a .safetensors file
@@ -153,4 +153,34 @@ cases = {
 }
 for name, blob in cases.items():
     open(os.path.join(out, name), "wb").write(blob)
+PY
+
+# list_objects: a prefix line, then a ListObjectsV2 page: rclone serve s3 1.75.2's answers
+# (captured), AWS's documented example, escapes, and the refusals of parse_list_objects
+python3 - "$OUT/list_objects" <<'PY'
+import os, sys
+out = sys.argv[1]
+def page(contents, prefixes=(), truncated=False, token=None):
+    x = '<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+    x += "<Name>bkt</Name><IsTruncated>%s</IsTruncated><Delimiter>/</Delimiter>" % ("true" if truncated else "false")
+    for k, n in contents:
+        x += "<Contents><Key>%s</Key><LastModified>2026-11-26T02:09:00.522Z</LastModified>" % k
+        x += "<ETag>2cd6ee2c70b0bde53fbe6cac3c8b8bb1</ETag><Size>%s</Size><StorageClass>STANDARD</StorageClass></Contents>" % n
+    for p in prefixes:
+        x += "<CommonPrefixes><Prefix>%s</Prefix></CommonPrefixes>" % p
+    if token:
+        x += "<NextContinuationToken>%s</NextContinuationToken>" % token
+    return x + "</ListBucketResult>"
+cases = {
+    "rclone_page": "d/\n" + page([("d/config.json", 2), ("d/m-00001.safetensors", 2)], ["d/sub/"], True,
+                                 "ZC9tLTAwMDAxLnNhZmV0ZW5zb3Jz"),
+    "last_page": "d/\n" + page([("d/m-00002.safetensors", 3416)]),
+    "escapes": "d/\n" + page([("d/a&amp;b&lt;&#x41;&#66;.safetensors", 1), ("d/", 0), ("d/..", 1), ("d/x/y", 1)]),
+    "outside": "d/\n" + page([("e/x.safetensors", 1)]),
+    "bad": "\n" + page([("&bogus;", "-1")]),
+    "error": "d/\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>",
+    "empty": "\n" + page([]),
+}
+for name, text in cases.items():
+    open(os.path.join(out, name), "w").write(text)
 PY

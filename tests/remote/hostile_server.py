@@ -6,7 +6,15 @@ section 5.2). Usage: hostile_server.py PORT. GET /MODE/obj serves a fixed 256 Ki
 Modes: ok, short_once (the first answer sends half its body then closes), short_always,
 endless (206 without Content-Length, streams forever), ignore_range (200 with the whole object),
 etag_flip (the ETag changes after the first answer), slowdown_once (503 SlowDown first),
-long_body (Content-Length larger than the range). With a second argument DIR, GET /files/REL
+long_body (Content-Length larger than the range), stall (the head, then silence), header_flood
+(10 000 header lines), header_huge (200 KB of headers in 200 lines), header_line_huge (one 1 MiB
+header line), redirect_loop (302 to itself), bad_xml
+(403 with an endless malformed XML body), slowdown_forever (503 SlowDown every time),
+cr_negative / cr_overflow (Content-Range "bytes -1-5/T" / "bytes 0-18446744073709551616/T"),
+no_length_200 (200 with neither Content-Range nor Content-Length, the body up to the close),
+weak_etag / weak_etag_flip (ETag W/"v1" and a Last-Modified that stays / changes after the first
+answer), no_etag / no_etag_flip (the same without an ETag), no_validators (neither).
+With a second argument DIR, GET /files/REL
 serves DIR/REL as a plain https-like server would (206 ranges, ETag from size and mtime, 404)."""
 import os
 import http.server
@@ -34,6 +42,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             counts[self.path] = n + 1
         mode = self.path.strip("/").split("/")[0]
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        if mode == "bad_xml" and not m:  # also answers plain GETs (HttpClient::get_document)
+            self.hostile(mode, 0, 0, b"")
+            return
         if not m:
             self.send_error(400)
             return
@@ -49,6 +60,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         body = DATA[a : b + 1]
         etag = '"v2"' if (mode == "etag_flip" and n > 0) else '"v1"'
+        if mode in ("stall", "header_flood", "header_huge", "header_line_huge", "redirect_loop", "bad_xml", "slowdown_forever",
+                    "cr_negative", "cr_overflow", "no_length_200"):
+            self.hostile(mode, a, b, body)
+            return
+        if mode in ("weak_etag", "weak_etag_flip", "no_etag", "no_etag_flip", "no_validators"):
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {a}-{b}/{SIZE}")
+            if mode.startswith("weak"):
+                self.send_header("ETag", 'W/"v1"')
+            if mode != "no_validators":
+                day = 2 if (mode.endswith("_flip") and n > 0) else 1
+                self.send_header("Last-Modified", f"Sun, 0{day} Nov 2025 08:49:37 GMT")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if mode == "slowdown_once" and n == 0:
             err = b"<Error><Code>SlowDown</Code><Message>Reduce your request rate</Message></Error>"
             self.send_response(503)
@@ -91,6 +118,79 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         self.wfile.write(body)
 
+
+    def hostile(self, mode, a, b, body):
+        if mode == "stall":  # the head, then nothing: the client's low-speed timeout must fire
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {a}-{b}/{SIZE}")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.flush()
+            for _ in range(300):  # 30 s at most; a client that gave up makes the write fail
+                threading.Event().wait(0.1)
+            self.close_connection = True
+            return
+        if mode in ("header_flood", "header_huge", "header_line_huge"):
+            self.send_response(206)
+            try:
+                if mode == "header_flood":
+                    for i in range(10000):
+                        self.send_header(f"X-Flood-{i}", "x" * 20)
+                elif mode == "header_huge":  # 200 KB in 200 lines: under the line cap, over the byte cap
+                    for i in range(200):
+                        self.send_header(f"X-Big-{i}", "y" * 1000)
+                else:  # one 1 MiB line: over libcurl's own cap (CURL_MAX_HTTP_HEADER, 100 KiB)
+                    self.send_header("X-Huge", "y" * (1 << 20))
+                self.send_header("Content-Range", f"bytes {a}-{b}/{SIZE}")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass
+            self.close_connection = True
+            return
+        if mode == "redirect_loop":
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if mode == "bad_xml":  # an error body that never ends and never closes its elements
+            self.send_response(403)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            try:
+                self.wfile.write(b"<Error><Code>Access<Denied")
+                while True:
+                    self.wfile.write(b"<Code>&&&<<<" * 4096)
+            except OSError:
+                pass
+            self.close_connection = True
+            return
+        if mode == "slowdown_forever":
+            err = b"<Error><Code>SlowDown</Code><Message>Reduce your request rate</Message></Error>"
+            self.send_response(503)
+            self.send_header("Retry-After", "0")
+            self.send_header("Content-Length", str(len(err)))
+            self.end_headers()
+            self.wfile.write(err)
+            return
+        if mode in ("cr_negative", "cr_overflow"):
+            self.send_response(206)
+            cr = f"bytes -1-{b}/{SIZE}" if mode == "cr_negative" else f"bytes {a}-18446744073709551616/{SIZE}"
+            self.send_header("Content-Range", cr)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        if mode == "no_length_200":  # a server that ignores Range and ends the body by closing
+            self.send_response(200)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(DATA)
+            self.close_connection = True
+            return
 
     def serve_file(self, a, b):
         rel = self.path.split("/", 2)[2]

@@ -20,6 +20,27 @@ void th::copy_remote_fixtures(const fs::path& bucket) {
     fs::create_directories(bucket / "ck" / name);
     fs::copy(th::fixtures() / name, bucket / "ck" / name, fs::copy_options::recursive);
   }
+  // Layouts only a listing finds (test_remote_list.cpp): shards without an index, an index under
+  // another name, two indexes, no weights, and a prefix of several pages.
+  const fs::path l = bucket / "ck/listing";
+  fs::create_directories(l / "noindex");
+  fs::copy(th::fixtures() / "st/noindex", l / "noindex", fs::copy_options::recursive);
+  fs::create_directories(l / "other_index");
+  for (const auto& e : fs::directory_iterator(th::fixtures() / "st/sharded"))
+    if (e.path().filename() != "model.safetensors.index.json") fs::copy(e.path(), l / "other_index");
+  fs::copy(th::fixtures() / "st/sharded/model.safetensors.index.json",
+           l / "other_index/weights.safetensors.index.json");
+  fs::create_directories(l / "other_index/sub");
+  fs::copy(th::fixtures() / "st/sharded/model-00001-of-00003.safetensors", l / "other_index/sub/x.safetensors");
+  fs::create_directories(l / "two_indexes");
+  th::write_file(l / "two_indexes/a.safetensors.index.json", th::random_bytes(10, 1));
+  th::write_file(l / "two_indexes/b.safetensors.index.json", th::random_bytes(10, 2));
+  fs::create_directories(l / "config_only");
+  fs::copy(th::fixtures() / "st/sharded/config.json", l / "config_only/config.json");
+  fs::create_directories(l / "pages/deeper");
+  for (const char* n : {"a.safetensors", "b&c.safetensors", "d <e>.bin", "f.safetensors", "g.json"})
+    th::write_file(l / "pages" / n, th::random_bytes(3, 3));
+  th::write_file(l / "pages/deeper/h.safetensors", th::random_bytes(3, 4));
 }
 
 #define REQUIRE_S3(server)                    \

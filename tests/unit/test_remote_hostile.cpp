@@ -1,6 +1,7 @@
 // The fetch engine against tests/remote/hostile_server.py: body-level faults a real S3 server does
 // not produce (short bodies, endless bodies, ignored ranges, a changed ETag, throttling).
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 
 #include "ctstream/checkpoint.hpp"
@@ -48,7 +49,7 @@ io::HttpOptions fast() {
 std::string message_of(io::HttpClient& c, const io::HttpTarget& t, uint64_t off, uint64_t n, ErrorKind& kind) {
   std::vector<std::byte> out(n);
   try {
-    c.read(t, io::ObjectInfo{kSize, "\"v1\""}, off, out);
+    c.read(t, io::ObjectInfo{kSize, "\"v1\"", ""}, off, out);
   } catch (const Error& e) {
     kind = e.kind();
     return e.what();
@@ -76,7 +77,7 @@ TEST_CASE("remote hostile: a short body is resumed where it stopped", "[remote][
   REQUIRE_HOSTILE(h);
   io::HttpClient c(fast());
   std::vector<std::byte> out(100000);
-  c.read(h.target("short_once", 1), io::ObjectInfo{kSize, "\"v1\""}, 1000, out);
+  c.read(h.target("short_once", 1), io::ObjectInfo{kSize, "\"v1\"", ""}, 1000, out);
   for (uint64_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == expected(1000 + i));
   const auto st = c.stats();
   CHECK(st.requests == 2);
@@ -112,7 +113,7 @@ TEST_CASE("remote hostile: a changed ETag, throttling", "[remote][hostile]") {
     CHECK_THAT(e.what(), Catch::Contains("changed"));
   }
   io::HttpClient c2(fast());
-  c2.read(h.target("slowdown_once", 1), io::ObjectInfo{kSize, "\"v1\""}, 0, out);
+  c2.read(h.target("slowdown_once", 1), io::ObjectInfo{kSize, "\"v1\"", ""}, 0, out);
   CHECK(c2.stats().retries == 1);
 }
 
@@ -135,4 +136,126 @@ TEST_CASE("remote: Checkpoint::open on an http:// URL (no S3, no signing)", "[re
     }
   }
   CHECK(th::error_kind([&] { ctstream::Checkpoint::open(base + "nothing/here"); }) == ErrorKind::file_not_found);
+}
+
+TEST_CASE("remote hostile: a stalled body times out, is retried, then refused", "[remote][hostile]") {
+  REQUIRE_HOSTILE(h);
+  io::HttpOptions o = fast();
+  o.max_attempts = 2;
+  o.stall_timeout_s = 1;  // CURLOPT_LOW_SPEED_TIME (CTSTREAM_S3_STALL_S)
+  io::HttpClient c(o);
+  ErrorKind kind{};
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = message_of(c, h.target("stall", 1), 0, 1000, kind);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK_THAT(msg, Catch::Contains("gave up after 2 attempt(s)"));
+  CHECK_THAT(msg, Catch::Contains("/stall/obj1"));
+  CHECK(c.stats().retries == 1);
+  CHECK(s >= 1.9);  // two stalls of 1 s each: the timeout, not a refusal, ended them
+  CHECK(s < 10);
+}
+
+TEST_CASE("remote hostile: header floods, redirect loops and bad error bodies are refused at once",
+          "[remote][hostile]") {
+  REQUIRE_HOSTILE(h);
+  io::HttpClient c(fast());
+  ErrorKind kind{};
+  CHECK_THAT(message_of(c, h.target("header_flood", 1), 0, 1000, kind),
+             Catch::Contains("more than 256 response header lines"));
+  CHECK(kind == ErrorKind::io);
+  CHECK_THAT(message_of(c, h.target("header_huge", 1), 0, 1000, kind),
+             Catch::Contains("response headers larger than 65536 bytes"));
+  CHECK(kind == ErrorKind::io);
+  // One line over libcurl's own 100 KiB header cap: libcurl refuses it before the callback sees it.
+  CHECK_THAT(message_of(c, h.target("header_line_huge", 1), 0, 1000, kind), Catch::Contains("transfer failed"));
+  CHECK(kind == ErrorKind::io);
+  // A redirect is followed only to https (CURLOPT_REDIR_PROTOCOLS_STR): a loop back to http ends
+  // at its first hop; over https CURLOPT_MAXREDIRS (5) ends it.
+  const std::string redirect = message_of(c, h.target("redirect_loop", 1), 0, 1000, kind);
+  CHECK(kind == ErrorKind::io);
+  CHECK_THAT(redirect, Catch::Contains("/redirect_loop/obj1"));
+  // 403 with an endless body of broken XML: read up to 8 KiB, no code extracted, no retry.
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string bad = message_of(c, h.target("bad_xml", 1), 0, 1000, kind);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK(kind == ErrorKind::io);
+  CHECK_THAT(bad, Catch::EndsWith("HTTP 403"));
+  CHECK(c.stats().retries == 0);
+  // The same 8 KiB cap in the listing's document reader.
+  try {
+    (void)c.get_document(h.target("bad_xml", 2), 1 << 20);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::EndsWith("/bad_xml/obj2: HTTP 403"));
+  }
+  CHECK(c.stats().retries == 0);
+}
+
+TEST_CASE("remote hostile: SlowDown forever ends after the attempts, within the capped backoffs", "[remote][hostile]") {
+  REQUIRE_HOSTILE(h);
+  io::HttpClient c(fast());  // 3 attempts; throttled backoff caps 0.05 s, 0.1 s
+  ErrorKind kind{};
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = message_of(c, h.target("slowdown_forever", 1), 0, 1000, kind);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(kind == ErrorKind::io);
+  CHECK_THAT(msg, Catch::Contains("gave up after 3 attempt(s)"));
+  CHECK_THAT(msg, Catch::Contains("SlowDown"));
+  CHECK(c.stats().retries == 2);
+  CHECK(s < 0.15 + 2);  // the sum of the capped backoffs, plus the requests
+}
+
+TEST_CASE("remote hostile: negative and overflowing Content-Range, a 200 without range or length",
+          "[remote][hostile]") {
+  REQUIRE_HOSTILE(h);
+  io::HttpClient c(fast());
+  ErrorKind kind{};
+  CHECK_THAT(message_of(c, h.target("cr_negative", 1), 0, 1000, kind),
+             Catch::Contains("malformed Content-Range header 'bytes -1-999/262144'"));
+  CHECK(kind == ErrorKind::io);
+  CHECK_THAT(message_of(c, h.target("cr_overflow", 1), 0, 1000, kind),
+             Catch::Contains("malformed Content-Range header 'bytes 0-18446744073709551616/262144'"));
+  CHECK(kind == ErrorKind::io);
+  // A 200 that ignores Range, with neither Content-Range nor Content-Length: refused for a part of
+  // the object, and also for the whole (its size cannot be checked).
+  CHECK_THAT(message_of(c, h.target("no_length_200", 1), 10, 1000, kind),
+             Catch::Contains("200 response with neither Content-Range nor Content-Length"));
+  CHECK_THAT(message_of(c, h.target("no_length_200", 2), 0, kSize, kind),
+             Catch::Contains("200 response with neither Content-Range nor Content-Length"));
+  CHECK(c.stats().retries == 0);
+}
+
+TEST_CASE("remote hostile: a weak or missing ETag pins Last-Modified instead", "[remote][hostile]") {
+  REQUIRE_HOSTILE(h);
+  for (const char* mode : {"weak_etag", "no_etag"}) {
+    INFO(mode);
+    io::HttpClient c(fast());
+    const io::ObjectInfo info = c.probe(h.target(mode, 1));
+    CHECK(info.size == kSize);
+    CHECK(info.etag.empty());  // a weak tag is not a pin
+    CHECK(info.last_modified == "Sun, 01 Nov 2025 08:49:37 GMT");
+    std::vector<std::byte> out(1000);
+    c.read(h.target(mode, 1), info, 300, out);
+    for (uint64_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == expected(300 + i));
+    CHECK(c.stats().unpinned == 0);
+    // The Last-Modified changes after the probe (a weak ETag stays W/"v1"): the object changed.
+    const io::HttpTarget flip = h.target(std::string(mode) + "_flip", 1);
+    const io::ObjectInfo fi = c.probe(flip);
+    try {
+      c.read(flip, fi, 0, out);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::io);
+      CHECK_THAT(e.what(), Catch::Contains("object changed while reading (Last-Modified 'Sun, 02 Nov 2025"));
+    }
+  }
+  // Neither: only the size is pinned, and the stats say so.
+  io::HttpClient c(fast());
+  const io::ObjectInfo info = c.probe(h.target("no_validators", 1));
+  CHECK(info.etag.empty());
+  CHECK(info.last_modified.empty());
+  CHECK(c.stats().unpinned == 1);
+  std::vector<std::byte> out(10);
+  c.read(h.target("no_validators", 1), info, 0, out);
+  CHECK(out[3] == expected(3));
 }
