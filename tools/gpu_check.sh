@@ -18,7 +18,7 @@ case "$mode" in
 pack)
   build=${BUILD:-$here/build}
   rm -rf "$here/.devpack" && mkdir -p "$here/.devpack/bin" "$here/.devpack/lib"
-  for b in ctstream ctstream_cuda_tests ctstream_bench_cuda; do
+  for b in ctstream ctstream_cuda_tests ctstream_bench_cuda ctstream_bench_kernels; do
     [[ -x $build/bin/$b ]] && cp "$build/bin/$b" "$here/.devpack/bin/"
   done
   # Every shared library but glibc's own (the GPU machine's glibc is newer than Debian 12's).
@@ -59,8 +59,25 @@ run)
   fi
   exit $rc
   ;;
+kernels)
+  # The CPU kernel benchmark on the GPU machine's quiet Xeon, two distinct physical cores: each
+  # ctstream_bench_kernels* in .devpack/bin (e.g. a _before copy for an A/B), the AVX-512 rows.
+  out=${OUT:-/tmp/gpu_out}
+  mkdir -p "$out"
+  [[ -d $here/.devpack ]] || tar -C "$here" -xzf "$here/.devpack.tgz"
+  export LD_LIBRARY_PATH=$here/.devpack/lib
+  lscpu | grep -E 'Model name|^CPU\(s\)|Thread|L3' || true
+  cpus=$(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -u | head -2 | cut -d, -f1 | paste -sd,)
+  echo "pinned to CPUs $cpus (distinct cores)"
+  filter=${FILTER:-'BM_memset|BM_dequant.*_avx512|BM_bitmask.*_avx512'}
+  for b in "$here"/.devpack/bin/ctstream_bench_kernels*; do
+    echo "== $(basename "$b")"
+    taskset -c "$cpus" "$b" --benchmark_filter="$filter" --benchmark_min_time=0.2 --benchmark_repetitions=3 \
+      --benchmark_report_aggregates_only=true 2>&1 | sed -n '/^roofline/,$p' | tee "$out/$(basename "$b").txt"
+  done
+  ;;
 *)
-  echo "usage: $0 pack|run" >&2
+  echo "usage: $0 pack|run|kernels" >&2
   exit 2
   ;;
 esac
