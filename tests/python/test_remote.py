@@ -258,3 +258,43 @@ def test_c_abi_on_a_url(s3, case):
     r = subprocess.run([exe, "fails", "s3://bkt/no-such-model", "file_not_found"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ---- plain HTTP(S) (`rclone serve http`: ranged GETs, no signing) --------------------------------
+
+@pytest.fixture(scope="module")
+def web(s3, tmp_path_factory):
+    root = tmp_path_factory.mktemp("webroot")
+    for name in ("pack", "cls"):
+        shutil.copytree(CASES[name], root / name, ignore=shutil.ignore_patterns("expected", "*.txt"))
+    port = _free_port()
+    proc = subprocess.Popen([_rclone(), "serve", "http", "--addr", f"127.0.0.1:{port}", str(root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("rclone serve http did not start")
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_http_url_open_and_pull(web, tmp_path):
+    from ctstream import _remote
+
+    with ctstream.open(f"{web}/pack", framework="numpy") as remote, \
+            ctstream.open(CASES["pack"], framework="numpy") as local:
+        assert remote.keys() == local.keys()
+        for name in local.keys():
+            assert remote.get(name).tobytes() == local.get(name).tobytes(), name
+    d = _remote.pull_model_files(f"{web}/cls", str(tmp_path))
+    assert sorted(os.listdir(d)) == ["config.json", "generation_config.json"]
+    with open(os.path.join(d, "config.json"), "rb") as f, open(os.path.join(CASES["cls"], "config.json"), "rb") as g:
+        assert f.read() == g.read()

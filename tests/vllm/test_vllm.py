@@ -388,16 +388,6 @@ def s3_int4(models, tmp_path_factory):
 @pytest.mark.xdist_group("int4")
 def test_weights_from_object_storage(models, s3_int4, tmp_path):
     want = reference(models, "int4")  # vLLM's own loader on the local files
-    # LLM(model="s3://...", load_format="ctstream"): the plugin pulls config.json & co. with
-    # ctstream's client into VLLM_ASSETS_CACHE/ctstream/<sha256(url)[:8]>, the weights stream from S3
-    got = run("s3://bkt/int4", "--load-format", "ctstream", env=s3_int4)
-    assert outputs(got) == want
-    assert "stored parts" in got["log"]
-    import hashlib
-
-    pulled = os.path.join(s3_int4["VLLM_ASSETS_CACHE"], "ctstream", hashlib.sha256(b"s3://bkt/int4").hexdigest()[:8])
-    assert os.path.isfile(os.path.join(pulled, "config.json"))
-    assert not [f for f in os.listdir(pulled) if f.endswith(".safetensors")]  # the weights were never copied
     # the explicit form: a local directory with nothing but the config, the weights at a URL
     cfg = tmp_path / "config_only"
     cfg.mkdir()
@@ -406,10 +396,65 @@ def test_weights_from_object_storage(models, s3_int4, tmp_path):
             shutil.copy(models / "int4" / f, cfg / f)
     got = run(cfg, "--load-format", "ctstream", "--extra", '{"weights": "s3://bkt/int4"}', env=s3_int4)
     assert outputs(got) == want
-    # sentinel credentials the server refuses: an error naming the URL, the credentials nowhere
+    # LLM(model="s3://...") with sentinel credentials the server refuses: the plugin's pull fails
+    # (vLLM itself would have refused load format ctstream for an s3:// model, or asked Run:ai) with
+    # an error naming the URL, the credentials nowhere in the output
     bad = dict(s3_int4, AWS_ACCESS_KEY_ID="AKIASENTINELVLLM7777", AWS_SECRET_ACCESS_KEY="sentinel-vllm-secret-7777",
                AWS_SESSION_TOKEN="sentinel-vllm-token-7777", CTSTREAM_S3_MAX_ATTEMPTS="1")
     r = run("s3://bkt/int4", "--load-format", "ctstream", env=bad)
     assert "error" in r and "s3://bkt/int4" in r["error"], r.get("error")
     for s in ("AKIASENTINELVLLM7777", "sentinel-vllm-secret-7777", "sentinel-vllm-token-7777"):
         assert s not in r["log"], s
+
+
+@pytest.mark.xdist_group("int4")
+def test_vllm_serve_an_s3_url(models, s3_int4):
+    # `vllm serve s3://... --load-format ctstream`: the API server's AsyncEngineArgs goes through the
+    # create_engine_config wrap (config.json & co. pulled by ctstream into VLLM_ASSETS_CACHE), the
+    # engine core (spawned: the plugin by its entry point) streams the weights from S3, and the
+    # model is served under the URL's name. Same tokens as vLLM's own loader on the local files.
+    ref = reference(models, "int4")
+    want = [o["tokens"] for o in ref]
+    # the chosen tokens' logprobs (run_llm asks for logprobs=1: the greedy token is among them)
+    want_lp = [[lp[str(t)] for t, lp in zip(o["tokens"], o["logprobs"])] for o in ref]
+    url = "s3://bkt/int4"
+    vport = _free_port()
+    vllm = os.path.join(os.path.dirname(sys.executable), "vllm")
+    env = {k: v for k, v in dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", **s3_int4).items() if v is not None}
+    srv = subprocess.Popen(
+        [vllm, "serve", url, "--load-format", "ctstream", "--host", "127.0.0.1", "--port", str(vport),
+         "--skip-tokenizer-init", "--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "128", "--seed", "0"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            if srv.poll() is not None:
+                pytest.fail("vllm serve exited:\n" + srv.stdout.read()[-4000:])
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{vport}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        else:
+            pytest.fail("vllm serve did not come up in 240 s")
+        from run_llm import PROMPTS  # noqa: E402 - same prompts as the offline runs
+
+        body = json.dumps({"model": url, "prompt": PROMPTS, "max_tokens": 8, "temperature": 0, "logprobs": 1,
+                           "return_tokens_as_token_ids": True, "return_token_ids": True}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{vport}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        resp = json.loads(urllib.request.urlopen(req, timeout=120).read())
+        choices = sorted(resp["choices"], key=lambda c: c["index"])
+        assert [c["token_ids"] for c in choices] == want
+        assert [c["logprobs"]["token_logprobs"] for c in choices] == want_lp
+    finally:
+        os.killpg(srv.pid, signal.SIGTERM)
+        try:
+            srv.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(srv.pid, signal.SIGKILL)
+    import hashlib
+
+    pulled = os.path.join(s3_int4["VLLM_ASSETS_CACHE"], "ctstream", hashlib.sha256(url.encode()).hexdigest()[:8])
+    assert os.path.isfile(os.path.join(pulled, "config.json"))
+    assert not [f for f in os.listdir(pulled) if f.endswith(".safetensors")]  # the weights were never copied
