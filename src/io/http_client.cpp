@@ -337,6 +337,9 @@ uint64_t HttpClient::fetch(const HttpTarget& t, uint64_t offset, std::span<std::
       seen.last_modified = last_modified;
       return done;
     }
+    // the reason may quote the server (its error <Message>, a header): never a credential it echoes
+    v.reason = redact_secrets(std::move(v.reason), {t.credentials.access_key_id, t.credentials.secret_access_key,
+                                                    t.credentials.session_token});
     last_reason = v.reason;
     if (v.action != http::Action::retry && v.action != http::Action::retry_throttled)
       throw http::verdict_error(v, t.display);

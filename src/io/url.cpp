@@ -233,6 +233,36 @@ std::string redact_url(std::string_view text) {
   return out;
 }
 
+std::string redact_secrets(std::string text, std::initializer_list<std::string_view> secrets) {
+  constexpr size_t min_piece = 8;
+  const auto in_run = [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/' ||
+           c == '=' || c == '_' || c == '-';
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    if (!in_run(text[i])) {
+      out += text[i++];
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && in_run(text[j])) ++j;
+    const std::string_view run(text.data() + i, j - i);
+    bool secret = false;
+    for (std::string_view s : secrets) {
+      if (s.empty()) continue;
+      if (run.find(s) != std::string_view::npos || (run.size() >= min_piece && s.find(run) != std::string_view::npos)) {
+        secret = true;
+        break;
+      }
+    }
+    out += secret ? std::string_view("<redacted>") : run;
+    i = j;
+  }
+  return out;
+}
+
 bool aws_bucket_name_ok(std::string_view b) noexcept {
   // "General purpose bucket naming rules" (Amazon S3 User Guide).
   if (b.size() < 3 || b.size() > 63) return false;

@@ -8,6 +8,7 @@
 // CURLOPT_PATH_AS_IS: a key segment "." or ".." is an object name, not a dot segment.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -52,6 +53,13 @@ std::string to_string(const Url& url);
 /// `text` fit for an error message: userinfo, query string and fragment dropped, control and
 /// non-ASCII bytes %XX-escaped, cut at 512 bytes. Works on any text, parseable or not.
 std::string redact_url(std::string_view text);
+
+/// `text` (a server's words: an S3 error <Message>, a header quoted in a refusal) with every piece
+/// of a credential in `secrets` replaced by "<redacted>": each run of the characters access keys,
+/// secrets and session tokens are made of ([A-Za-z0-9+/=_-]) that contains a secret, or is a piece
+/// of one at least 8 bytes long (a server echoing a token cut short). A server may echo what it was
+/// sent (the Authorization header names the access key id; x-amz-security-token is the token).
+std::string redact_secrets(std::string text, std::initializer_list<std::string_view> secrets);
 
 /// AWS's rules for a general purpose bucket name (3-63 bytes of a-z 0-9 . -, letter or digit at
 /// both ends, no "..", not an IPv4 address, no reserved prefix or suffix): the names that can be a

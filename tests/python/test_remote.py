@@ -23,6 +23,9 @@ CASES = {
     "pack": os.path.join(FIX, "ct", "v012_pack_w4_g32_sym_bf16"),
     "moe": os.path.join(FIX, "ct_moe", "w4a16_group32_asym"),
     "sharded": os.path.join(FIX, "st", "sharded"),
+    # config groups that target module classes the stored parts cannot tell apart: the classes
+    # come from the checkpoint's own config.json (read over S3) by default
+    "cls": os.path.join(FIX, "ct_class", "fp8_blocks_64_96"),
 }
 KEY, SECRET = "AKIACTSTREAMTESTKEY0", "ctstream-test-secret-do-not-print-0123"
 
@@ -149,3 +152,149 @@ def test_a_missing_prefix_is_file_not_found(s3):
     with pytest.raises(ctstream.Error) as e:
         ctstream.open("s3://bkt/no-such-model")
     assert e.value.kind == "file_not_found" and "s3://bkt/no-such-model" in str(e.value)
+
+
+# ---- load_model, weights_iterator, the small-file pull (issue 29 steps 11-12) -------------------
+
+def _expected_cls():
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(CASES["cls"], "expected", "expected.safetensors"))
+
+
+def test_class_targets_come_from_the_remote_config(s3):
+    # the stored parts cannot tell group_0 (Embedding) from group_1 (Linear): open() builds the
+    # architecture of the checkpoint's own config.json, read over S3 (never os.path on the URL)
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    want = _expected_cls()
+    for url in ("s3://bkt/cls", "s3://bkt/cls/model.safetensors"):
+        with ctstream.open(url, framework="pt") as ck:
+            got = dict(ck.tensors())
+        assert sorted(got) == sorted(want), url
+        for k in want:
+            assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), (url, k)
+    with pytest.raises(ctstream.Error) as e:
+        ctstream.open("s3://bkt/cls", module_classes=False)
+    assert e.value.kind == "unsupported"
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_load_model_from_a_url(s3, device):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.from_pretrained(CASES["cls"])
+    with torch.device(device):
+        model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
+    missing, unexpected = ctstream.load_model(model, "s3://bkt/cls")
+    assert not missing and not unexpected
+    sd = model.state_dict()
+    for k, v in _expected_cls().items():
+        assert sd[k].dtype == v.dtype and torch.equal(sd[k], v), k
+
+
+def test_weights_iterator_on_urls(s3):
+    torch = pytest.importorskip("torch")
+    from ctstream.vllm import weights_iterator
+
+    local = dict(weights_iterator(CASES["sharded"]))
+    remote = dict(weights_iterator("s3://bkt/sharded"))
+    assert sorted(remote) == sorted(local) and len(local) > 1
+    for k in local:
+        assert torch.equal(remote[k], local[k]), k
+    # a list of shard URLs: only their tensors (as vLLM passes the files it selected)
+    with ctstream.open(CASES["sharded"]) as ck:
+        first = os.path.basename(ck.files[0])
+        in_first = {t.name for t in ck.infos() if t.parts[0].file == 0}
+    assert in_first and len(in_first) < len(local)
+    part = dict(weights_iterator([f"s3://bkt/sharded/{first}"]))
+    assert sorted(part) == sorted(in_first)
+    for k in part:
+        assert torch.equal(part[k], local[k]), k
+
+
+def test_pull_model_files(s3, tmp_path):
+    from ctstream import _remote
+
+    url = "s3://bkt/cls"
+    d = _remote.pull_model_files(url, str(tmp_path))
+    assert os.path.basename(d) == __import__("hashlib").sha256(url.encode()).hexdigest()[:8]
+    for name in ("config.json", "generation_config.json"):
+        with open(os.path.join(d, name), "rb") as f, open(os.path.join(CASES["cls"], name), "rb") as g:
+            assert f.read() == g.read(), name
+    assert sorted(os.listdir(d)) == ["config.json", "generation_config.json"]  # no weights, no temp files
+    # again, over the existing directory (another process on the host did it first): same files
+    assert _remote.pull_model_files(url, str(tmp_path)) == d
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(d)]
+    # a size cap is honoured: refused, nothing left behind
+    with pytest.raises(ctstream.Error) as e:
+        _remote.pull_model_files(url, str(tmp_path / "capped"), names=[("config.json", 16)])
+    assert e.value.kind == "header_too_large"
+    assert os.listdir(tmp_path / "capped") == []
+    # no config.json: refused (an engine could not build the model)
+    with pytest.raises(ctstream.Error) as e:
+        _remote.pull_model_files("s3://bkt/no-such-model", str(tmp_path / "none"))
+    assert e.value.kind == "file_not_found"
+
+
+# ---- the C ABI (tests/c/test_c_abi_remote.c) ------------------------------------------------------
+
+def _build_bin(name):
+    cli = os.environ.get("CTSTREAM_CLI")
+    for d in ([os.path.dirname(cli)] if cli else []) + [os.path.join(ROOT, "build", "bin")]:
+        p = os.path.join(d, name)
+        if os.access(p, os.X_OK):
+            return p
+    return None
+
+
+@pytest.mark.parametrize("case", ["pack", "moe", "sharded"])
+def test_c_abi_on_a_url(s3, case):
+    exe = _build_bin("test_c_abi_remote")
+    if exe is None:
+        pytest.skip("test_c_abi_remote not built (CTSTREAM_CLI's folder or build/bin)")
+    r = subprocess.run([exe, "same", f"s3://bkt/{case}", CASES[case]], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and " 0 failed" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run([exe, "fails", "s3://bkt/no-such-model", "file_not_found"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ---- plain HTTP(S) (`rclone serve http`: ranged GETs, no signing) --------------------------------
+
+@pytest.fixture(scope="module")
+def web(s3, tmp_path_factory):
+    root = tmp_path_factory.mktemp("webroot")
+    for name in ("pack", "cls"):
+        shutil.copytree(CASES[name], root / name, ignore=shutil.ignore_patterns("expected", "*.txt"))
+    port = _free_port()
+    proc = subprocess.Popen([_rclone(), "serve", "http", "--addr", f"127.0.0.1:{port}", str(root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("rclone serve http did not start")
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_http_url_open_and_pull(web, tmp_path):
+    from ctstream import _remote
+
+    with ctstream.open(f"{web}/pack", framework="numpy") as remote, \
+            ctstream.open(CASES["pack"], framework="numpy") as local:
+        assert remote.keys() == local.keys()
+        for name in local.keys():
+            assert remote.get(name).tobytes() == local.get(name).tobytes(), name
+    d = _remote.pull_model_files(f"{web}/cls", str(tmp_path))
+    assert sorted(os.listdir(d)) == ["config.json", "generation_config.json"]
+    with open(os.path.join(d, "config.json"), "rb") as f, open(os.path.join(CASES["cls"], "config.json"), "rb") as g:
+        assert f.read() == g.read()

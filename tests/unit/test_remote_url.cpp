@@ -94,6 +94,25 @@ TEST_CASE("http(s):// URLs: host, port, path, query", "[remote]") {
   CHECK(kind_of("https://host/a\r\nHost: evil") == ErrorKind::invalid_argument);
 }
 
+TEST_CASE("a server's words lose every piece of a credential", "[remote]") {
+  const std::string key = "AKIAEXAMPLEKEY000001", secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+                    token = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQD";
+  const auto r = [&](std::string text) { return redact_secrets(std::move(text), {key, secret, token, ""}); };
+  // the Authorization header echoed: Credential=KEY/date/... is one run of key characters
+  CHECK(r("auth AWS4-HMAC-SHA256 Credential=" + key + "/20261126/us-east-1/s3/aws4_request, SignedHeaders=host") ==
+        "auth AWS4-HMAC-SHA256 <redacted>, SignedHeaders=host");
+  CHECK(r("token " + token + " and " + secret + ".") == "token <redacted> and <redacted>.");
+  // a token cut short by the message cap ("..." ends the run): a piece of 8+ bytes goes too
+  CHECK(r("token " + token.substr(0, 30) + "...") == "token <redacted>...");
+  CHECK(r("id (" + key.substr(4, 9) + ")") == "id (<redacted>)");
+  // short common words that happen to be in a credential stay (they are not secrets)
+  CHECK(r("Access Denied for s3 ok") == "Access Denied for s3 ok");
+  CHECK(r("The AWS Access Key Id you provided does not exist in our records.") ==
+        "The AWS Access Key Id you provided does not exist in our records.");
+  CHECK(r("") == "");
+  CHECK(redact_secrets("nothing to hide", {}) == "nothing to hide");
+}
+
 TEST_CASE("errors name the URL redacted: no userinfo, no query", "[remote]") {
   CHECK(redact_url("https://user:secret@host/p?X-Amz-Credential=AKIA&X-Amz-Signature=s") == "https://host/p");
   CHECK(redact_url("s3://AKIA:secret@bucket/key") == "s3://bucket/key");

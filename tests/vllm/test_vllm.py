@@ -17,13 +17,17 @@ Llama and its compressed versions (make_models.py). Each engine run is its own p
   * vLLM's default multiprocessing (engine core + worker spawned: ctstream only through its
     entry point) and `vllm serve`;
   * mode mismatches and a ctstream-quantized model with another load format are refused with a
-    message saying what to pass.
+    message saying what to pass;
+  * weights in object storage (an S3 server: `rclone serve s3`): `LLM(model="s3://...")` and a
+    local config directory with the extra config `weights` give the local run's tokens and
+    logprobs; sentinel credentials refused by the server appear nowhere in the output.
 
 Run with the vLLM venv's python: tests/vllm/run.sh (tools/run_tests.sh calls it).
 """
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -52,12 +56,16 @@ def models(tmp_path_factory):
     return out
 
 
-def run(model_dir, *args, mp=False, timeout=600):
+def run(model_dir, *args, mp=False, timeout=600, env=None):
     """One engine run in its own process group; the result is its first JSON line. The group is
     killed afterwards: with multiprocessing, vLLM's engine-core process would outlive run_llm.py
-    and hold the output pipe open."""
+    and hold the output pipe open. `env`: variables set for that run."""
     cmd = RUN + [str(model_dir), *args] + (["--mp"] if mp else [])
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    full = None
+    if env:
+        full = {k: v for k, v in dict(os.environ, **env).items() if v is not None}  # None: unset
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                         env=full)
     log, res = [], None
     deadline = time.time() + timeout
     try:
@@ -329,3 +337,124 @@ def test_vllm_serve(models):
             srv.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(srv.pid, signal.SIGKILL)
+
+
+# ---- object storage (docs/design/object_storage.md section 2.3) ---------------------------------
+
+S3_KEY, S3_SECRET = "AKIACTSTREAMVLLMKEY0", "ctstream-vllm-secret-do-not-print-0"
+
+
+def _rclone():
+    root = os.path.join(HERE, "..", "..")
+    for c in (os.environ.get("CTSTREAM_RCLONE"), os.path.join(root, ".venv", "bin", "rclone"),
+              shutil.which("rclone")):
+        if c and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+@pytest.fixture(scope="module")
+def s3_int4(models, tmp_path_factory):
+    """models/int4 served over S3 as s3://bkt/int4; yields the AWS_* environment of a client."""
+    exe = _rclone()
+    if exe is None:
+        pytest.skip("rclone not found (set CTSTREAM_RCLONE or run tools/setup_python.sh)")
+    root = tmp_path_factory.mktemp("s3root")
+    shutil.copytree(models / "int4", root / "bkt" / "int4")
+    empty = root / "aws_empty"
+    empty.write_text("")
+    port = _free_port()
+    proc = subprocess.Popen([exe, "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", f"{S3_KEY},{S3_SECRET}",
+                             str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    pytest.fail("rclone serve s3 did not start")
+                time.sleep(0.1)
+        yield {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET, "AWS_SESSION_TOKEN": None,
+               "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ENDPOINT_URL_S3": None, "AWS_REGION": "us-east-1",
+               "AWS_PROFILE": None, "AWS_CONFIG_FILE": str(empty), "AWS_SHARED_CREDENTIALS_FILE": str(empty),
+               "VLLM_ASSETS_CACHE": str(root / "vllm_cache")}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.xdist_group("int4")
+def test_weights_from_object_storage(models, s3_int4, tmp_path):
+    want = reference(models, "int4")  # vLLM's own loader on the local files
+    # the explicit form: a local directory with nothing but the config, the weights at a URL
+    cfg = tmp_path / "config_only"
+    cfg.mkdir()
+    for f in os.listdir(models / "int4"):
+        if f.endswith(".json") and "safetensors" not in f:
+            shutil.copy(models / "int4" / f, cfg / f)
+    got = run(cfg, "--load-format", "ctstream", "--extra", '{"weights": "s3://bkt/int4"}', env=s3_int4)
+    assert outputs(got) == want
+    # LLM(model="s3://...") with sentinel credentials the server refuses: the plugin's pull fails
+    # (vLLM itself would have refused load format ctstream for an s3:// model, or asked Run:ai) with
+    # an error naming the URL, the credentials nowhere in the output
+    bad = dict(s3_int4, AWS_ACCESS_KEY_ID="AKIASENTINELVLLM7777", AWS_SECRET_ACCESS_KEY="sentinel-vllm-secret-7777",
+               AWS_SESSION_TOKEN="sentinel-vllm-token-7777", CTSTREAM_S3_MAX_ATTEMPTS="1")
+    r = run("s3://bkt/int4", "--load-format", "ctstream", env=bad)
+    assert "error" in r and "s3://bkt/int4" in r["error"], r.get("error")
+    for s in ("AKIASENTINELVLLM7777", "sentinel-vllm-secret-7777", "sentinel-vllm-token-7777"):
+        assert s not in r["log"], s
+
+
+@pytest.mark.xdist_group("int4")
+def test_vllm_serve_an_s3_url(models, s3_int4):
+    # `vllm serve s3://... --load-format ctstream`: the API server's AsyncEngineArgs goes through the
+    # create_engine_config wrap (config.json & co. pulled by ctstream into VLLM_ASSETS_CACHE), the
+    # engine core (spawned: the plugin by its entry point) streams the weights from S3, and the
+    # model is served under the URL's name. Same tokens as vLLM's own loader on the local files.
+    ref = reference(models, "int4")
+    want = [o["tokens"] for o in ref]
+    # the chosen tokens' logprobs (run_llm asks for logprobs=1: the greedy token is among them)
+    want_lp = [[lp[str(t)] for t, lp in zip(o["tokens"], o["logprobs"])] for o in ref]
+    url = "s3://bkt/int4"
+    vport = _free_port()
+    vllm = os.path.join(os.path.dirname(sys.executable), "vllm")
+    env = {k: v for k, v in dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", **s3_int4).items() if v is not None}
+    srv = subprocess.Popen(
+        [vllm, "serve", url, "--load-format", "ctstream", "--host", "127.0.0.1", "--port", str(vport),
+         "--skip-tokenizer-init", "--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "128", "--seed", "0"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            if srv.poll() is not None:
+                pytest.fail("vllm serve exited:\n" + srv.stdout.read()[-4000:])
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{vport}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        else:
+            pytest.fail("vllm serve did not come up in 240 s")
+        from run_llm import PROMPTS  # noqa: E402 - same prompts as the offline runs
+
+        body = json.dumps({"model": url, "prompt": PROMPTS, "max_tokens": 8, "temperature": 0, "logprobs": 1,
+                           "return_tokens_as_token_ids": True, "return_token_ids": True}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{vport}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        resp = json.loads(urllib.request.urlopen(req, timeout=120).read())
+        choices = sorted(resp["choices"], key=lambda c: c["index"])
+        assert [c["token_ids"] for c in choices] == want
+        assert [c["logprobs"]["token_logprobs"] for c in choices] == want_lp
+    finally:
+        os.killpg(srv.pid, signal.SIGTERM)
+        try:
+            srv.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(srv.pid, signal.SIGKILL)
+    import hashlib
+
+    pulled = os.path.join(s3_int4["VLLM_ASSETS_CACHE"], "ctstream", hashlib.sha256(url.encode()).hexdigest()[:8])
+    assert os.path.isfile(os.path.join(pulled, "config.json"))
+    assert not [f for f in os.listdir(pulled) if f.endswith(".safetensors")]  # the weights were never copied

@@ -204,7 +204,9 @@ static inline ctstream_status ctstream_open_options_init(ctstream_open_options* 
 
 typedef struct ctstream_checkpoint ctstream_checkpoint;
 
-/** Opens a .safetensors file or a checkpoint directory (index, shards, config.json).
+/** Opens a .safetensors file or a checkpoint directory (index, shards, config.json), local or at
+ *  an s3:// or http(s):// URL (builds with remote support; credentials from the AWS_* variables
+ *  and ~/.aws, never in a message).
  *  `options` may be NULL (defaults). On success *out holds a handle for ctstream_close. */
 CTSTREAM_API ctstream_status ctstream_open(const char* path, const ctstream_open_options* options,
                                            ctstream_checkpoint** out);

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from typing import Any, Dict, List, Mapping, Optional
 
 from ._errors import InvalidArgumentError
@@ -39,7 +40,22 @@ def classes_from_config(path: str) -> Optional[Dict[str, List[str]]]:
     """The module classes of config.json's architecture, instantiated on the meta device with
     transformers (no weights, no memory); None when transformers (or the architecture) is not
     available."""
-    d = _config_dir(path)
+    from . import _remote
+
+    if _remote.is_remote(path):
+        # the checkpoint's own config.json, read with ctstream's client (never os.path on a URL);
+        # transformers reads configs from a directory: a private temporary one
+        text = _remote.read_config(path)  # a denied or unreachable server raises, as open() would
+        if text is None:
+            return None
+        with tempfile.TemporaryDirectory(prefix="ctstream-config-") as d:
+            with open(os.path.join(d, "config.json"), "w", encoding="utf-8") as f:
+                f.write(text)
+            return _classes_in(d)
+    return _classes_in(_config_dir(path))
+
+
+def _classes_in(d: str) -> Optional[Dict[str, List[str]]]:
     try:
         with open(os.path.join(d, "config.json")) as f:
             archs = json.load(f).get("architectures") or []

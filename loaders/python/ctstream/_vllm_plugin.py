@@ -6,6 +6,8 @@ travels inside VllmConfig)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 import time
 from typing import Any, Dict, Optional
 
@@ -17,7 +19,7 @@ from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
 import ctstream
 
-from . import _amx
+from . import _amx, _remote
 from .vllm import EXTRA_CONFIG_KEYS, LOAD_FORMAT, MODES, QUANTIZATION, _dtype_name, _sparse_config, resolve_mode, weights_iterator
 
 
@@ -96,6 +98,27 @@ class CtstreamModelLoader(DefaultModelLoader):
         self._mode: Optional[str] = None
         self._dtype: Optional[str] = None
 
+    def _weights_location(self, model_config) -> Optional[str]:
+        """Where the primary weights are when not in ``model_config.model``: the extra key
+        ``weights``, else vLLM's own ``model_config.model_weights`` (vllm/config/model.py:158; set
+        by its Run:ai pull, model.py:1212, and read first by its loaders, e.g.
+        runai_streamer_loader.py ``load_weights``). A local directory or an object URL."""
+        w = self.ctstream_options.get("weights") or getattr(model_config, "model_weights", "") or None
+        if w is not None and not isinstance(w, str):
+            raise ValueError(f"ctstream: extra config 'weights' must be a path or URL string, not {w!r}")
+        return w
+
+    def download_model(self, model_config) -> None:
+        if self._weights_location(model_config) is None:
+            super().download_model(model_config)  # vllm/model_executor/model_loader/default_loader.py:389
+
+    def get_all_weights(self, model_config, model):
+        # DefaultModelLoader.get_all_weights (default_loader.py:367) makes the primary Source from
+        # model_config.model; remember which it is, so that _get_weights_iterator reads it from the
+        # weights location (secondary sources keep their own paths).
+        self._primary = (model_config.model, self._weights_location(model_config))
+        return super().get_all_weights(model_config, model)
+
     def load_weights(self, model, model_config) -> None:
         self._mode = resolve_mode(self.ctstream_options.get("mode", "auto"), model_config.quantization)
         self._dtype = _dtype_name(model_config.dtype)
@@ -108,12 +131,23 @@ class CtstreamModelLoader(DefaultModelLoader):
             mc = get_current_vllm_config().model_config
             self._mode = resolve_mode(self.ctstream_options.get("mode", "auto"), mc.quantization)
             self._dtype = _dtype_name(mc.dtype)
-        _, files, use_safetensors, _ = self._prepare_weights(
-            source.model_or_path, source.subfolder, source.revision, source.fall_back_to_pt,
-            source.allow_patterns_overrides)
-        if not use_safetensors:
-            raise ValueError(f"ctstream: {source.model_or_path} has no *.safetensors weights")
-        if getattr(source, "is_unused_weight", None) is not None:
+        primary = getattr(self, "_primary", None)
+        remote = None
+        if primary is not None and primary[1] is not None and source.prefix == "" and \
+                source.model_or_path == primary[0]:
+            if _remote.is_remote(primary[1]):
+                remote = primary[1]  # the whole checkpoint at that URL (no listing, no local files)
+            else:
+                source = dataclasses.replace(source, model_or_path=primary[1])
+        if remote is not None:
+            files = remote
+        else:
+            _, files, use_safetensors, _ = self._prepare_weights(
+                source.model_or_path, source.subfolder, source.revision, source.fall_back_to_pt,
+                source.allow_patterns_overrides)
+            if not use_safetensors:
+                raise ValueError(f"ctstream: {source.model_or_path} has no *.safetensors weights")
+        if remote is None and getattr(source, "is_unused_weight", None) is not None:
             try:
                 from vllm.model_executor.model_loader.weight_utils import filter_safetensors_files_by_weight_name
 
@@ -148,4 +182,63 @@ def register() -> None:
     _amx.request_amx_tile_state()
     register_quantization_config(QUANTIZATION)(CtstreamDenseConfig)
     register_model_loader(LOAD_FORMAT)(CtstreamModelLoader)
+    _wrap_create_engine_config()
     _registered = True
+
+
+# ---- `vllm serve s3://...` / LLM(model="s3://...", load_format="ctstream") ----------------------
+#
+# vLLM pulls an object-storage model's config and tokenizer with Run:ai's streamer
+# (ModelConfig.maybe_pull_model_tokenizer_for_runai, vllm/config/model.py:1191-1235, called from
+# ModelConfig.__post_init__ at model.py:621, before get_config) and then refuses every load format
+# but Run:ai's and modelexpress for it (VllmConfig.__post_init__, vllm/config/vllm.py:2669-2690);
+# https:// is not an object URI for vLLM at all (runai_utils.py is_runai_obj_uri: s3, gs, az) but
+# an HF repo id. So the model argument is rewritten before ModelConfig exists: EngineArgs calls
+# load_general_plugins() - this register() - in its __post_init__ (vllm/engine/arg_utils.py:904-906),
+# and builds ModelConfig only in create_engine_config (arg_utils.py:2205, create_model_config at
+# 2240), which every entry point calls: LLMEngine.from_engine_args (v1/engine/llm_engine.py:183),
+# AsyncLLM (v1/engine/async_llm.py), `vllm serve` (entrypoints/cli/serve.py:192, 313).
+
+
+def _rewrite_remote_model(args) -> None:
+    """For load format ctstream and a model that is an s3:// / http(s):// URL: the small files go
+    to a local directory (ctstream.vllm docs), which becomes the model (and the tokenizer, when it
+    was the same URL); the URL becomes the loader's ``weights`` and, when none was given, the
+    served model name. ``model_weights`` stays empty, so neither vLLM's Run:ai pull
+    (model.py:1201-1205) nor its load-format check (vllm.py:2669) fires."""
+    if str(getattr(args, "load_format", "")).lower() != LOAD_FORMAT:
+        return
+    url = args.model
+    if not _remote.is_remote(url):
+        return
+    from vllm.assets.base import get_cache_dir  # VLLM_ASSETS_CACHE (vllm/assets/base.py:13)
+
+    local = _remote.pull_model_files(url, os.path.join(str(get_cache_dir()), "ctstream"))
+    if args.tokenizer in (None, "", url):
+        args.tokenizer = local
+    if not args.served_model_name:
+        args.served_model_name = url
+    extra = dict(args.model_loader_extra_config or {})
+    extra.setdefault("weights", url)
+    args.model_loader_extra_config = extra
+    args.model = local
+
+
+def _wrap_create_engine_config() -> None:
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:  # a vLLM without it: the explicit form ("weights") still works
+        return
+
+    orig = EngineArgs.create_engine_config
+    if getattr(orig, "_ctstream_wrapped", False):
+        return
+
+    @functools.wraps(orig)
+    def create_engine_config(self, *args, **kwargs):
+        _rewrite_remote_model(self)
+        return orig(self, *args, **kwargs)
+
+    create_engine_config._ctstream_wrapped = True
+    # a class attribute: AsyncEngineArgs (a subclass, arg_utils.py:3190) inherits it
+    EngineArgs.create_engine_config = create_engine_config

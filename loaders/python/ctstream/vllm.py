@@ -32,7 +32,17 @@ with a message saying what to pass.
 
 ``--model-loader-extra-config`` keys: ``mode`` ("auto" | "stored" | "dense"), ``threads`` (decode
 threads, 0 = all cores), ``budget`` (bytes decoded ahead, e.g. "512MB"), ``io`` ("mmap" |
-"pread"); vLLM's own keys pass through to its loader.
+"pread"), ``lazy``, ``weights`` (where the weights are, when not in the model directory: a local
+directory or an ``s3://`` / ``https://`` URL; vLLM's own ``model_weights`` is honoured likewise);
+vLLM's own keys pass through to its loader.
+
+Object storage (docs/design/object_storage.md section 2.3): ``vllm serve s3://bucket/prefix
+--load-format ctstream`` (or ``LLM(model="s3://...", load_format="ctstream")``, ``https://`` alike)
+copies the small files (config.json, generation_config.json, index, tokenizer files; size-capped)
+with ctstream's own client into ``<vLLM cache>/ctstream/<sha256(url)[:8]>``, builds the model from
+there, and streams the weights from the URL; or, with any local directory holding the config:
+``vllm serve CONFIG_DIR --load-format ctstream --model-loader-extra-config '{"weights": "s3://..."}'``.
+Credentials, endpoint and region come from the usual AWS variables and files.
 
 ``weights_iterator`` is the same source as a plain function, for code that calls a model's
 ``load_weights`` itself.
@@ -45,6 +55,7 @@ from typing import Any, Generator, Iterable, Optional, Set, Tuple, Union
 
 import ctstream
 
+from . import _remote
 from ._dtypes import _dtype_str
 
 __all__ = ["weights_iterator", "LOAD_FORMAT", "QUANTIZATION", "EXTRA_CONFIG_KEYS",
@@ -54,7 +65,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 LOAD_FORMAT = "ctstream"
 QUANTIZATION = "ctstream"
-EXTRA_CONFIG_KEYS = ("mode", "threads", "budget", "io", "lazy")
+EXTRA_CONFIG_KEYS = ("mode", "threads", "budget", "io", "lazy", "weights")
 MODES = ("auto", "stored", "dense")
 # Checkpoint entries an unquantized model has no parameter for (activation / kv-cache
 # quantization parameters: compressed_tensors.quantization.lifecycle.initialize).
@@ -70,13 +81,21 @@ def _source(files_or_dir: Union[PathLike, Iterable[PathLike]]) -> Tuple[str, Opt
     """A checkpoint path to open, and the subset of its files to yield from (None = all)."""
     if isinstance(files_or_dir, (str, os.PathLike)):
         return os.fspath(files_or_dir), None
-    files = [os.path.abspath(os.fspath(f)) for f in files_or_dir]
+    files = [os.fspath(f) for f in files_or_dir]
     if not files:
         raise ValueError("weights_iterator: empty list of weight files")
-    dirs = {os.path.dirname(f) for f in files}
+    # object URLs are names, not paths: never abspath/realpath'ed (see _key)
+    files = [f if _remote.is_remote(f) else os.path.abspath(f) for f in files]
+    dirs = {f[: f.rfind("/")] if _remote.is_remote(f) else os.path.dirname(f) for f in files}
     if len(dirs) != 1:
         raise ValueError(f"weights_iterator: weight files span several directories: {sorted(dirs)}")
-    return dirs.pop(), {os.path.realpath(f) for f in files}
+    return dirs.pop(), {_key(f) for f in files}
+
+
+def _key(f: str) -> str:
+    """How a weight file is compared with the checkpoint's own file list: a local path resolved
+    (symlinks, relative parts), an object URL as it is."""
+    return f if _remote.is_remote(f) else os.path.realpath(f)
 
 
 def _skip_expert(name: str, local_expert_ids: Optional[Set[int]]) -> bool:
@@ -143,7 +162,7 @@ def weights_iterator(
     try:
         keep = None
         if wanted is not None:
-            keep = {i for i, f in enumerate(ckpt.files) if os.path.realpath(f) in wanted}
+            keep = {i for i, f in enumerate(ckpt.files) if _key(f) in wanted}
 
         def wanted_name(name: str) -> bool:
             return not (drop and name.endswith(ACTIVATION_LEFTOVERS)) and not _skip_expert(name, local_expert_ids)

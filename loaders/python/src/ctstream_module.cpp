@@ -32,6 +32,9 @@
 #include <vector>
 
 #include "binding.hpp"
+#ifdef CTSTREAM_HAVE_REMOTE
+#include "io/remote_file.hpp"
+#endif
 #include "ctstream/ctstream.hpp"
 
 namespace nb = nanobind;
@@ -640,6 +643,27 @@ NB_MODULE(_ctstream, m) {
       "parse_bytes", [](const std::string& text) { return ctstream::parse_bytes(text); }, "text"_a,
       "Byte count of '512MB', '1.5GiB', '4096' (K/M/G/T, KB..TB = 1000^n, KiB..TiB = 1024^n); the core's "
       "grammar, shared with the CLI's --budget. Raises InvalidArgumentError.");
+
+  m.def(
+      "_read_small_remote",
+      [](const std::string& url, uint64_t max_bytes) -> nb::bytes {
+#ifdef CTSTREAM_HAVE_REMOTE
+        std::string s;
+        {
+          nb::gil_scoped_release nogil;
+          s = ctstream::io::read_small_remote(url, max_bytes);
+        }
+        return nb::bytes(s.data(), s.size());
+#else
+        (void)max_bytes;
+        throw ctstream::Error(ctstream::ErrorKind::unsupported, url, "",
+                              "s3:// and http(s):// checkpoints need a build with -DCTSTREAM_REMOTE=ON (and libcurl)");
+#endif
+      },
+      "url"_a, "max_bytes"_a,
+      "A whole small object (s3:// or http(s)://, credentials and endpoint as for open()): bytes, at most "
+      "max_bytes (a larger object is HeaderTooLargeError; a missing one FileNotFoundError). For the files "
+      "beside the weights that vLLM reads itself (config.json, tokenizer files).");
 
   using ctstream_py::g_classes;
   using ctstream_py::g_error;
