@@ -232,7 +232,8 @@ void BM_bitmask_bf16(benchmark::State& st, bool two_four, Isa isa) {
   for (auto _ : st) {
     split(threads, kRows, [&](size_t b, size_t n) {
       for (size_t r = b; r < b + n; ++r)
-        fn(mask.data() + r * mrow, values.data() + 2 * offset[r], kCols, out.data() + r * kCols * 2);
+        fn(mask.data() + r * mrow, values.data() + 2 * offset[r], kCols, out.data() + r * kCols * 2,
+           out.size() >= codecs::kStreamStoresFrom);  // as the reader
     });
     benchmark::DoNotOptimize(out.data());
   }

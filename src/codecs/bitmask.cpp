@@ -22,13 +22,13 @@ size_t bitmask_expand(const uint8_t* mask, const void* values, size_t cols, void
   }
   return k;
 }
-size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
+size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o, bool /*stream*/) noexcept {
   return bitmask_expand<uint8_t>(m, v, c, o);
 }
-size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
+size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o, bool /*stream*/) noexcept {
   return bitmask_expand<uint16_t>(m, v, c, o);
 }
-size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
+size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o, bool /*stream*/) noexcept {
   return bitmask_expand<uint32_t>(m, v, c, o);
 }
 }  // namespace scalar

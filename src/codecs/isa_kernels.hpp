@@ -19,9 +19,9 @@ enum class ByteCode : uint8_t;
   void f16_to_f32(const void* in, void* out, size_t n) noexcept;                                                   \
   void bf16_to_f16(const void* in, void* out, size_t n) noexcept;                                                  \
   void f16_to_bf16(const void* in, void* out, size_t n) noexcept;                                                  \
-  size_t bitmask_expand_1(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;               \
-  size_t bitmask_expand_2(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;               \
-  size_t bitmask_expand_4(const uint8_t* mask, const void* values, size_t cols, void* out) noexcept;               \
+  size_t bitmask_expand_1(const uint8_t* mask, const void* values, size_t cols, void* out, bool stream) noexcept;  \
+  size_t bitmask_expand_2(const uint8_t* mask, const void* values, size_t cols, void* out, bool stream) noexcept;  \
+  size_t bitmask_expand_4(const uint8_t* mask, const void* values, size_t cols, void* out, bool stream) noexcept;  \
   void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp,   \
                       const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept;                            \
   void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCode code, const float* scale,      \

@@ -363,11 +363,11 @@ class SparseDecoder final : public RowDecoder {
                                                               : values_view_.subspan(start[r] * vsz_, n * vsz_);
     const auto* mask = reinterpret_cast<const uint8_t*>(index_.mask.data()) + r * mbytes_;
     if (!t_.quantized && !convert_) {
-      expand_(mask, v.data(), cols_, out);
+      expand_(mask, v.data(), cols_, out, spec_.stream);
       return;
     }
     dense.resize(cols_ * vsz_);
-    expand_(mask, v.data(), cols_, dense.data());
+    expand_(mask, v.data(), cols_, dense.data(), false);
     if (!t_.quantized) {
       convert_(dense.data(), out, cols_);
       return;

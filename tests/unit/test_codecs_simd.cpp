@@ -96,14 +96,17 @@ TEST_CASE("SIMD bitmask expand equals the scalar reference", "[codecs][simd]") {
         const Guarded gmask(mask.data(), mask.size()), gvalues(values.data(), values.size());
 
         std::vector<unsigned char> want(cols * esz + 64, 0xAB);
-        REQUIRE(ref(gmask.get<uint8_t>(), gvalues.get<void>(), cols, want.data()) == count);
-        for (Isa isa : simd_isas()) {
-          INFO(codecs::isa_name(isa) << " elem=" << esz << " density=" << density << " cols=" << cols);
-          std::vector<unsigned char> got(cols * esz + 64, 0xAB);
-          const auto fn = codecs::bitmask_expand_kernel(esz, isa);
-          REQUIRE(fn(gmask.get<uint8_t>(), gvalues.get<void>(), cols, got.data()) == count);
-          REQUIRE(std::memcmp(want.data(), got.data(), want.size()) == 0);  // incl. the untouched sentinel tail
-        }
+        REQUIRE(ref(gmask.get<uint8_t>(), gvalues.get<void>(), cols, want.data(), false) == count);
+        for (Isa isa : simd_isas())
+          for (int mode = 0; mode < 3; ++mode) {  // plain stores; streaming, aligned and not
+            INFO(codecs::isa_name(isa) << " elem=" << esz << " density=" << density << " cols=" << cols << " mode "
+                                       << mode);
+            OutBuf ob(want.size(), mode == 2 ? esz : 0);
+            const auto fn = codecs::bitmask_expand_kernel(esz, isa);
+            REQUIRE(fn(gmask.get<uint8_t>(), gvalues.get<void>(), cols, ob.p, mode > 0) == count);
+            REQUIRE(ob.untouched_before());
+            REQUIRE(ob.row(want.size()) == want);  // incl. the untouched sentinel tail
+          }
       }
     }
   }
@@ -125,12 +128,13 @@ TEST_CASE("SIMD bitmask expand on random rows ending exactly at the guard page",
     for (auto& b : values) b = static_cast<unsigned char>(rng() | 1);
     const Guarded gmask(mask.data(), mask.size()), gvalues(values.data(), values.size());
     std::vector<unsigned char> want(cols * esz + 64, 0xAB);
-    codecs::bitmask_expand_kernel(esz, Isa::scalar)(gmask.get<uint8_t>(), gvalues.get<void>(), cols, want.data());
+    codecs::bitmask_expand_kernel(esz, Isa::scalar)(gmask.get<uint8_t>(), gvalues.get<void>(), cols, want.data(),
+                                                    false);
     for (Isa isa : simd_isas()) {
       INFO(codecs::isa_name(isa) << " elem=" << esz << " cols=" << cols << " trial=" << trial);
       std::vector<unsigned char> got(cols * esz + 64, 0xAB);
-      REQUIRE(codecs::bitmask_expand_kernel(esz, isa)(gmask.get<uint8_t>(), gvalues.get<void>(), cols, got.data()) ==
-              count);
+      REQUIRE(codecs::bitmask_expand_kernel(esz, isa)(gmask.get<uint8_t>(), gvalues.get<void>(), cols, got.data(),
+                                                      trial % 2 == 1) == count);
       REQUIRE(std::memcmp(want.data(), got.data(), want.size()) == 0);
     }
   }

@@ -447,13 +447,13 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
 
 }  // namespace
 
-size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
+size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o, bool /*stream*/) noexcept {
   return expand_row<Step1>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
-size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
+size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o, bool /*stream*/) noexcept {
   return expand_row<Step2>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
-size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
+size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o, bool /*stream*/) noexcept {
   return expand_row<Step4>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
 

@@ -88,7 +88,7 @@ inline void store_first(uint8_t* o, unsigned n, __m512i x) {
   else _mm512_mask_storeu_epi32(o, static_cast<__mmask16>(_bzhi_u32(~0u, n)), x);
 }
 
-template <unsigned E>
+template <unsigned E, bool NT>
 size_t expand_row(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o) {
   constexpr unsigned L = 64 / E;
   const size_t total = row_popcount(mask, cols);
@@ -101,7 +101,7 @@ size_t expand_row(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o
       const uint64_t mq = (m >> (L * q)) & low_bits64(L);
       __m512i x = _mm512_loadu_si512(v + k * E);
       asm("" : "+v"(x));  // keeps the load a plain vmovdqu: GCC would fold it into vpexpand's slow memory form
-      _mm512_storeu_si512(o + (j + L * q) * E, expand_vec<E>(mq, x));
+      put512<NT>(o + (j + L * q) * E, expand_vec<E>(mq, x));
       k += popcount(mq);
     }
   }
@@ -110,10 +110,11 @@ size_t expand_row(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o
     const uint64_t m = mask_bits(mask, j, n);
     const unsigned c = popcount(m);
     const __m512i x = expand_vec<E>(m, load_first<E>(v + k * E, c));
-    if (n == L) _mm512_storeu_si512(o + j * E, x);
+    if (n == L) put512<NT>(o + j * E, x);
     else store_first<E>(o + j * E, n, x);
     k += c;
   }
+  if constexpr (NT) _mm_sfence();
   return k;
 }
 
@@ -529,14 +530,17 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
 
 }  // namespace
 
-size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
-  return expand_row<1>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
+size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o, bool stream) noexcept {
+  return stream ? expand_row<1, true>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o))
+                : expand_row<1, false>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
-size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
-  return expand_row<2>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
+size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o, bool stream) noexcept {
+  return stream ? expand_row<2, true>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o))
+                : expand_row<2, false>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
-size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o) noexcept {
-  return expand_row<4>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
+size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o, bool stream) noexcept {
+  return stream ? expand_row<4, true>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o))
+                : expand_row<4, false>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
 
 // 64 codes per step from the 8 * bits bytes that hold them: vpermb puts bytes [k*b, k*b + 8) in
