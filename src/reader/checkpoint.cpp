@@ -3,6 +3,7 @@
 #include <atomic>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "core/boundary.hpp"
 #include "core/checked.hpp"
@@ -240,6 +241,50 @@ const TensorInfo& Checkpoint::at(std::string_view name) const {
               "no such tensor in the checkpoint");
 }
 
+namespace {
+// What a whole-tensor decode tells the checkpoint's read-ahead (io/read_ahead.hpp): the bytes it
+// is about to read and, when decodes walk the checkpoint in file order (this tensor follows the one
+// decoded before it), those of the tensors after it in the same file, up to kAheadBytes: the disk
+// reads them while this one decodes. Dense tensors are left out, and the look-ahead stops before a
+// large one: their copy populates the mapping in one call (MADV_POPULATE_READ), a sequential
+// stream the kernel reads ahead itself, which a second stream of advice over the same bytes only
+// slowed (bench/RESULTS.md, "Cold loads"). Slices are left out: a tensor-parallel rank must not
+// pull in its neighbours' bytes.
+void note_read(const Checkpoint::Impl& ck, const TensorInfo& t) {
+  constexpr uint64_t kLargeDense = 1ull << 20;
+  if (t.format == Format::dense) return;  // its own stream only
+  const std::less<const TensorInfo*> before;
+  const bool mine =
+      !ck.tensors.empty() && !before(&t, ck.tensors.data()) && before(&t, ck.tensors.data() + ck.tensors.size());
+  const size_t i = mine ? static_cast<size_t>(&t - ck.tensors.data()) : SIZE_MAX;
+  const size_t prev = ck.last_decoded.exchange(i, std::memory_order_relaxed);
+  // In order: the next tensor, or one of a few after it (a Stream's workers decode a batch at once).
+  const bool in_order = mine && ck.opt.order == Order::file && (prev == SIZE_MAX ? i == 0 : i > prev && i - prev <= 4);
+  // Every part's own range (a tensor's parts need not be adjacent: the library's writer orders a
+  // file by dtype, so all the int32 codes come before all the bf16 scales), then the parts of the
+  // tensors after it, merged where they touch.
+  std::vector<TensorPart> parts(t.parts.begin(), t.parts.end());
+  uint64_t ahead = 0;
+  if (in_order)
+    for (size_t j = i + 1; j < ck.tensors.size() && ahead < io::ReadAhead::kAheadBytes; ++j) {
+      const TensorInfo& n = ck.tensors[j];
+      if (n.format == Format::dense && n.stored_bytes() >= kLargeDense) break;
+      parts.insert(parts.end(), n.parts.begin(), n.parts.end());
+      ahead += n.stored_bytes();
+    }
+  std::sort(parts.begin(), parts.end(), [](const TensorPart& a, const TensorPart& b) {
+    return std::tie(a.file, a.offset) < std::tie(b.file, b.offset);
+  });
+  for (size_t k = 0; k < parts.size();) {
+    const uint32_t file = parts[k].file;
+    uint64_t lo = parts[k].offset, hi = lo + parts[k].nbytes;
+    for (++k; k < parts.size() && parts[k].file == file && parts[k].offset <= hi; ++k)
+      hi = std::max(hi, parts[k].offset + parts[k].nbytes);
+    if (file < ck.files.size()) ck.read_ahead.advise(*ck.files[file], file, lo, hi);  // else: refused by the decode
+  }
+}
+}  // namespace
+
 uint64_t reader::decode(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                         const std::optional<Slice>& slice) {
   DecodePlan own;
@@ -247,6 +292,7 @@ uint64_t reader::decode(const Checkpoint::Impl& ck, const TensorInfo& t, std::sp
   const SliceGeom g = slice_geometry(ck, t, slice);
   if (const std::string why = plan.refusal(out_dtype, g.sliced()); !why.empty())
     fail(ck, t, ErrorKind::unsupported, why);
+  if (!g.sliced()) note_read(ck, t);
   if (t.format == Format::dense) return decode_dense(ck, plan, out, out_dtype, g);
   if (t.format == Format::low_rank) return decode_low_rank(ck, t, out, out_dtype, g, slice);
   if (g.out_elems() == 0) return 0;  // nothing to decode: no decoder, no reads

@@ -1,5 +1,6 @@
 // reader — private state of a Checkpoint and the decode entry points that use it.
 #pragma once
+#include <atomic>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -14,6 +15,7 @@
 
 #include "ctstream/checkpoint.hpp"
 #include "io/file.hpp"
+#include "io/read_ahead.hpp"
 #include "reader/decode_plan.hpp"
 
 namespace ctstream {
@@ -43,6 +45,9 @@ struct Checkpoint::Impl {
   std::vector<TensorInfo> tensors;
   std::unordered_map<std::string, size_t> by_name;
   std::vector<reader::DecodePlan> plans;  // plans[i]: tensors[i]'s, built at open
+  // After `files`: destroyed first, so its thread stops before the files it advises close.
+  mutable io::ReadAhead read_ahead;
+  mutable std::atomic<size_t> last_decoded{SIZE_MAX};  // tensors[] index of the last whole decode (note_read)
 
   /// The decode plan of `t`: the cached one for a tensor of this checkpoint, else one built into
   /// `own` (a TensorInfo copied out, a low-rank weight's factor).

@@ -1,0 +1,62 @@
+// The read-ahead a checkpoint's decodes feed (io/read_ahead.hpp, reader/checkpoint.cpp note_read):
+// which bytes are handed to its worker. What the kernel then does with the advice is not
+// observable here (and timing is not tested: bench/cold_loads.py measures the effect).
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <vector>
+
+#include "ctstream/ctstream.hpp"
+#include "helpers.hpp"
+#include "reader/internal.hpp"
+
+using namespace ctstream;
+
+namespace {
+
+uint64_t advised(const Checkpoint& ck) { return ck.impl().read_ahead.advised_bytes(); }
+
+uint64_t decode(const Checkpoint& ck, const TensorInfo& t, const std::optional<Slice>& s = {}) {
+  std::vector<std::byte> out(ck.output_bytes(t, t.dtype, s));
+  return ck.decode_into(t, out, t.dtype, s);
+}
+
+}  // namespace
+
+TEST_CASE("read-ahead: in-order decodes advise the compressed tensors' bytes once each; dense, slices and jumps less",
+          "[read_ahead]") {
+  const auto dir = th::fixtures() / "ct" / "v020_pack_w4_g32_sym_bf16";
+  const uint64_t file_size = std::filesystem::file_size(dir / "model.safetensors");
+  for (IoMode io : {IoMode::mmap, IoMode::pread}) {
+    INFO((io == IoMode::mmap ? "mmap" : "pread"));
+    OpenOptions o;
+    o.io = io;
+    uint64_t compressed = 0, dense = 0;
+    {
+      const auto ck = Checkpoint::open(dir, o);
+      for (const TensorInfo& t : ck.tensors()) (t.format == Format::dense ? dense : compressed) += t.stored_bytes();
+      REQUIRE(compressed > 0);
+      REQUIRE(dense > 0);
+      for (const TensorInfo& t : ck.tensors()) decode(ck, t);  // file order: each compressed byte at least once
+      CHECK(advised(ck) >= compressed);
+      CHECK(advised(ck) <= file_size);
+    }
+    {  // dense tensors only: their copy reads its own pages, nothing is advised
+      const auto ck = Checkpoint::open(dir, o);
+      for (const TensorInfo& t : ck.tensors())
+        if (t.format == Format::dense) decode(ck, t);
+      CHECK(advised(ck) == 0);
+    }
+    {  // slices (a tensor-parallel rank): nothing advised
+      const auto ck = Checkpoint::open(dir, o);
+      for (const TensorInfo& t : ck.tensors())
+        if (t.format != Format::dense && t.shape.size() == 2) decode(ck, t, Slice{0, 0, t.shape[0] / 2});
+      CHECK(advised(ck) == 0);
+    }
+    {  // backwards: no look-ahead, each compressed tensor's own bytes only
+      const auto ck = Checkpoint::open(dir, o);
+      const auto ts = ck.tensors();
+      for (size_t k = ts.size(); k-- > 0;) decode(ck, ts[k]);
+      CHECK(advised(ck) == compressed);
+    }
+  }
+}
