@@ -1,12 +1,26 @@
 #include "io/read_ahead.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <exception>
 
 #include "core/fork.hpp"
 
 namespace ctstream::io {
 
 ReadAhead::~ReadAhead() {
+  if (worker_.joinable() && ::getpid() != owner_pid_) {
+    // A fork()ed child: the worker is the parent's thread, which does not exist here, and the
+    // mutex may have been held by it at the fork. The std::thread object is leaked (never joined,
+    // detached or destroyed), as io/remote_file.cpp does with its workers.
+    try {
+      (void)new std::thread(std::move(worker_));
+    } catch (...) {
+      std::terminate();  // ~std::thread of a joinable thread would terminate anyway
+    }
+    return;
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_.store(true);
@@ -55,7 +69,10 @@ void ReadAhead::advise(const File& f, uint32_t index, uint64_t from, uint64_t to
     done.insert(it, {lo, hi});
     if (done.size() > kKeptIntervals) done.erase(done.begin());
     while (jobs_.size() > 64) jobs_.pop_front();  // the decodes outran the disk: keep the nearest
-    if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
+    if (!worker_.joinable()) {
+      worker_ = std::thread([this] { run(); });
+      owner_pid_ = ::getpid();
+    }
   } catch (...) {  // no thread or no memory: the decode reads without advice
     return;
   }

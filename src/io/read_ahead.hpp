@@ -57,6 +57,7 @@ class ReadAhead {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> advised_bytes_{0};
   std::thread worker_;
+  int owner_pid_ = 0;  // the process that started worker_ (a fork()ed child must not join it)
 };
 
 }  // namespace ctstream::io

@@ -1,8 +1,15 @@
 // The read-ahead a checkpoint's decodes feed (io/read_ahead.hpp, reader/checkpoint.cpp note_read):
 // which bytes are handed to its worker. What the kernel then does with the advice is not
 // observable here (and timing is not tested: bench/cold_loads.py measures the effect).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "ctstream/ctstream.hpp"
@@ -59,4 +66,45 @@ TEST_CASE("read-ahead: in-order decodes advise the compressed tensors' bytes onc
       CHECK(advised(ck) == compressed);
     }
   }
+}
+
+TEST_CASE(
+    "read-ahead: a fork()ed child decodes without advice and closes the checkpoint without joining the "
+    "parent's worker",
+    "[read_ahead][fork]") {
+  const auto dir = th::fixtures() / "ct" / "v020_pack_w4_g32_sym_bf16";
+  std::vector<std::vector<std::byte>> want;
+  std::optional<Checkpoint> ck(Checkpoint::open(dir));
+  for (const TensorInfo& t : ck->tensors()) {
+    want.emplace_back(ck->output_bytes(t, t.dtype));
+    ck->decode_into(t, want.back(), t.dtype);
+  }
+  REQUIRE(advised(*ck) > 0);  // the worker thread exists
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // exit codes say what failed; _exit: no Catch2 teardown
+    int code = 0;
+    const uint64_t before = advised(*ck);
+    size_t i = 0;
+    for (const TensorInfo& t : ck->tensors()) {
+      std::vector<std::byte> got(ck->output_bytes(t, t.dtype));
+      ck->decode_into(t, got, t.dtype);
+      if (got != want[i++]) code = 20;
+    }
+    if (advised(*ck) != before) code = code ? code : 21;  // no advice (and no thread) in a child
+    ck.reset();                                           // ~ReadAhead: must neither join nor hang
+    ::_exit(code);
+  }
+  int status = 0;
+  bool reaped = false;
+  for (int waited_ms = 0; waited_ms < 60000 && !reaped; waited_ms += 10) {
+    reaped = ::waitpid(child, &status, WNOHANG) == child;
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!reaped) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL("the forked child hung (killed after 60 s)");
+  }
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
 }
