@@ -55,13 +55,12 @@ void RemoteFile::read_at(uint64_t offset, std::span<std::byte> out) const {
     {
       std::unique_lock lock(mu_);
       auto it = chunks_.upper_bound(pos);
-      if (it != chunks_.begin() && std::prev(it)->first + std::prev(it)->second->data.size() > pos)
-        c = std::prev(it)->second;
+      if (it != chunks_.begin() && std::prev(it)->first + std::prev(it)->second->size > pos) c = std::prev(it)->second;
       else if (it != chunks_.end()) stop = std::min(end, it->first);
       if (c) {
         cv_.wait(lock, [&] { return c->ready || c->failed || stop_; });
         if (!c->ready) {  // failed: read its bytes directly
-          stop = std::min(end, c->start + c->data.size());
+          stop = std::min(end, c->start + c->size);
           c.reset();
         }
       }
@@ -72,7 +71,7 @@ void RemoteFile::read_at(uint64_t offset, std::span<std::byte> out) const {
       continue;
     }
     // A ready piece is immutable; the shared_ptr keeps it alive past a concurrent release.
-    const uint64_t b = std::min(end, c->start + c->data.size());
+    const uint64_t b = std::min(end, c->start + c->size);
     std::memcpy(out.data() + (pos - offset), c->data.data() + (pos - c->start), b - pos);
     pos = b;
   }
@@ -119,7 +118,7 @@ RemoteFile::~RemoteFile() {
 }
 
 void RemoteFile::drop_locked(std::map<uint64_t, std::shared_ptr<Chunk>>::iterator it) const {
-  held_ -= it->second->data.size();
+  held_ -= it->second->size;
   chunks_.erase(it);
 }
 
@@ -134,7 +133,8 @@ void RemoteFile::work() const {
     lock.unlock();
     bool ok = true;
     try {
-      fetch(c->start, c->data);
+      c->data = AnonBuffer(c->size);
+      fetch(c->start, {c->data.data(), c->size});
     } catch (...) {  // forgotten: read_at fetches directly and reports its own error
       ok = false;
     }
@@ -160,7 +160,7 @@ void RemoteFile::will_need(uint64_t offset, uint64_t n) const noexcept {
       auto it = chunks_.upper_bound(pos);
       if (it != chunks_.begin()) {
         auto prev = std::prev(it);
-        const uint64_t pend = prev->first + prev->second->data.size();
+        const uint64_t pend = prev->first + prev->second->size;
         if (pend > pos) {  // already cached or scheduled
           pos = pend;
           continue;
@@ -177,9 +177,9 @@ void RemoteFile::will_need(uint64_t offset, uint64_t n) const noexcept {
       // a run of small tensors becomes one request.
       if (it != chunks_.begin()) {
         Chunk& p = *std::prev(it)->second;
-        if (!p.taken && p.start + p.data.size() == pos && p.data.size() < cb) {
-          const uint64_t add = std::min(bytes, cb - p.data.size());
-          p.data.resize(p.data.size() + add);
+        if (!p.taken && p.start + p.size == pos && p.size < cb) {
+          const uint64_t add = std::min(bytes, cb - p.size);
+          p.size += add;
           p.live += add;
           held_ += add;
           peak_ = std::max(peak_, held_);
@@ -189,7 +189,7 @@ void RemoteFile::will_need(uint64_t offset, uint64_t n) const noexcept {
       }
       auto c = std::make_shared<Chunk>();
       c->start = pos;
-      c->data.resize(bytes);
+      c->size = bytes;
       c->live = bytes;
       chunks_.emplace(pos, c);
       queue_.push_back(std::move(c));
@@ -213,7 +213,7 @@ void RemoteFile::release(uint64_t offset, uint64_t n, bool) const noexcept {
   if (it != chunks_.begin()) --it;
   while (it != chunks_.end() && it->first < end) {
     Chunk& c = *it->second;
-    const uint64_t a = std::max(offset, c.start), b = std::min(end, c.start + c.data.size());
+    const uint64_t a = std::max(offset, c.start), b = std::min(end, c.start + c.size);
     if (b <= a) {
       ++it;
       continue;
@@ -243,9 +243,9 @@ uint64_t RemoteFile::cached_until(uint64_t offset) const {
   auto it = chunks_.upper_bound(offset);
   if (it == chunks_.begin()) return 0;
   --it;
-  uint64_t end = it->first + it->second->data.size();
+  uint64_t end = it->first + it->second->size;
   if (end <= offset) return 0;
-  for (++it; it != chunks_.end() && it->first == end; ++it) end += it->second->data.size();
+  for (++it; it != chunks_.end() && it->first == end; ++it) end += it->second->size;
   return end;
 }
 

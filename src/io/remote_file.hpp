@@ -29,6 +29,7 @@
 
 #include "io/file.hpp"
 #include "io/http_client.hpp"
+#include "io/memory.hpp"
 
 namespace ctstream::io {
 
@@ -75,8 +76,8 @@ class RemoteFile final : public File {
 
  private:
   struct Chunk {
-    uint64_t start = 0;
-    std::vector<std::byte> data;
+    uint64_t start = 0, size = 0;
+    AnonBuffer data;    // mapped when a worker takes the piece, unmapped when it is freed (RSS follows)
     uint64_t live = 0;  // bytes not yet released; the chunk is freed at 0
     bool taken = false, ready = false, failed = false, dropped = false;
   };
