@@ -208,7 +208,8 @@ void RemoteFile::will_need(uint64_t offset, uint64_t n) const noexcept {
 void RemoteFile::release(uint64_t offset, uint64_t n, bool) const noexcept {
   if (n == 0) return;
   const uint64_t end = offset + std::min(n, UINT64_MAX - offset);
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  bool cancelled = false;
   auto it = chunks_.upper_bound(offset);
   if (it != chunks_.begin()) --it;
   while (it != chunks_.end() && it->first < end) {
@@ -231,11 +232,15 @@ void RemoteFile::release(uint64_t offset, uint64_t n, bool) const noexcept {
         continue;
       }
       queue_.erase(q);
+      c.failed = true;  // never fetched now: a reader waiting for it reads those bytes directly
+      cancelled = true;
     }
     auto next = std::next(it);
     drop_locked(it);
     it = next;
   }
+  lock.unlock();
+  if (cancelled) cv_.notify_all();
 }
 
 uint64_t RemoteFile::cached_until(uint64_t offset) const {
