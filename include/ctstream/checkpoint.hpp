@@ -181,6 +181,21 @@ class Checkpoint {
   /// other processes reading the same files then re-read them from disk). Advisory.
   void release(const TensorInfo& t, bool drop_page_cache = false) const;
 
+  /// Counters of a remote checkpoint's files (s3://, https://); all zero for local files.
+  struct RemoteStats {
+    uint64_t requests = 0;           ///< ranged GETs sent (open's header reads included)
+    uint64_t bytes_fetched = 0;      ///< body bytes those requests asked for
+    uint64_t cached_bytes = 0;       ///< read-ahead cache held now (fetched or in flight)
+    uint64_t peak_cached_bytes = 0;  ///< the most each file's cache held at once, summed over files
+    uint64_t file_bytes = 0;         ///< total size of the files
+  };
+  /// What reading this checkpoint has cost so far. A decode on a remote source fetches the byte
+  /// ranges it needs ahead of its decoders into each file's bounded cache (CTSTREAM_S3_PREFETCH_BYTES,
+  /// in requests of up to CTSTREAM_S3_CHUNK_BYTES; for a slice, only the slice's rows or columns
+  /// where the layout says where they are, ranges closer than CTSTREAM_S3_COALESCE_GAP joined)
+  /// and frees them when it ends.
+  RemoteStats remote_stats() const;
+
   struct Impl;  ///< opaque; defined in src/ only
   /// The opaque state, for ctstream's own sources (the CUDA path reads the decode plans there).
   const Impl& impl() const noexcept { return *impl_; }

@@ -12,6 +12,11 @@
 // resident memory is therefore about budget + the largest tensor + the pages of the tensor being
 // read, whatever the model size: consumed file ranges are released (MADV_DONTNEED on the
 // mapping, POSIX_FADV_DONTNEED on the file) unless `release_consumed` is false.
+// From s3:// / https:// the stream fetches ahead over its order: the tensors being decoded and the
+// next ones, up to the smaller of the budget and CTSTREAM_S3_PREFETCH_BYTES (64 MiB) of stored
+// bytes, in parallel ranged GETs (CTSTREAM_S3_CONNECTIONS, CTSTREAM_S3_CHUNK_BYTES); each decode
+// starts as soon as its first bytes arrive and frees its fetched bytes when it ends, so peak memory
+// is about budget + the largest tensor + that read-ahead cap (Checkpoint::remote_stats() reports it).
 // Alternatively `destination` lets the caller own every output buffer (e.g. the engine's own
 // parameter memory): tensors are then decoded straight into it and the budget bounds how many
 // bytes may be decoded ahead of the consumer.

@@ -37,10 +37,44 @@ std::unique_ptr<RemoteFile> RemoteFile::open(std::string_view url, HttpClient& c
   return std::make_unique<RemoteFile>(std::move(t), std::move(info), client, std::string(url));
 }
 
+void RemoteFile::fetch(uint64_t offset, std::span<std::byte> out) const {
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  fetched_.fetch_add(out.size(), std::memory_order_relaxed);
+  client_.read(target_, info_, offset, out);
+}
+
 void RemoteFile::read_at(uint64_t offset, std::span<std::byte> out) const {
   if (out.empty()) return;
-  if (offset <= size_ && out.size() <= size_ - offset && getpid() == owner_pid_ && copy_from_cache(offset, out)) return;
-  client_.read(target_, info_, offset, out);
+  if (offset > size_ || out.size() > size_ - offset || getpid() != owner_pid_) return fetch(offset, out);
+  // Walk the range: cached pieces are copied out (after waiting for those in flight), the gaps
+  // between them fetched straight into `out`.
+  const uint64_t end = offset + out.size();
+  for (uint64_t pos = offset; pos < end;) {
+    std::shared_ptr<Chunk> c;
+    uint64_t stop = end;  // end of the gap at pos, when no piece covers it
+    {
+      std::unique_lock lock(mu_);
+      auto it = chunks_.upper_bound(pos);
+      if (it != chunks_.begin() && std::prev(it)->first + std::prev(it)->second->size > pos) c = std::prev(it)->second;
+      else if (it != chunks_.end()) stop = std::min(end, it->first);
+      if (c) {
+        cv_.wait(lock, [&] { return c->ready || c->failed || stop_; });
+        if (!c->ready) {  // failed: read its bytes directly
+          stop = std::min(end, c->start + c->size);
+          c.reset();
+        }
+      }
+    }
+    if (!c) {
+      fetch(pos, out.subspan(pos - offset, stop - pos));
+      pos = stop;
+      continue;
+    }
+    // A ready piece is immutable; the shared_ptr keeps it alive past a concurrent release.
+    const uint64_t b = std::min(end, c->start + c->size);
+    std::memcpy(out.data() + (pos - offset), c->data.data() + (pos - c->start), b - pos);
+    pos = b;
+  }
 }
 
 namespace {
@@ -60,6 +94,7 @@ RemoteCacheOptions RemoteCacheOptions::from_env() {
   o.chunk_bytes = std::max<uint64_t>(env_u64("CTSTREAM_S3_CHUNK_BYTES", o.chunk_bytes), 4096);
   o.prefetch_bytes = env_u64("CTSTREAM_S3_PREFETCH_BYTES", o.prefetch_bytes);
   o.workers = static_cast<unsigned>(std::clamp<uint64_t>(env_u64("CTSTREAM_S3_CONNECTIONS", o.workers), 1, 64));
+  o.coalesce_gap = env_u64("CTSTREAM_S3_COALESCE_GAP", o.coalesce_gap);
   return o;
 }
 
@@ -82,21 +117,24 @@ RemoteFile::~RemoteFile() {
   for (auto& w : workers_) w.join();
 }
 
+void RemoteFile::drop_locked(std::map<uint64_t, std::shared_ptr<Chunk>>::iterator it) const {
+  held_ -= it->second->size;
+  chunks_.erase(it);
+}
+
 void RemoteFile::work() const {
   std::unique_lock lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (stop_) return;
-    const uint64_t idx = queue_.front();
+    std::shared_ptr<Chunk> c = std::move(queue_.front());
     queue_.pop_front();
-    auto it = chunks_.find(idx);
-    if (it == chunks_.end()) continue;  // released before its turn
-    std::shared_ptr<Chunk> c = it->second;
-    const uint64_t off = idx * cache_opt_.chunk_bytes;
+    c->taken = true;  // its size is fixed from here on
     lock.unlock();
     bool ok = true;
     try {
-      client_.read(target_, info_, off, c->data);
+      c->data = AnonBuffer(c->size);
+      fetch(c->start, {c->data.data(), c->size});
     } catch (...) {  // forgotten: read_at fetches directly and reports its own error
       ok = false;
     }
@@ -104,11 +142,8 @@ void RemoteFile::work() const {
     c->ready = ok;
     c->failed = !ok;
     if (!ok || c->dropped) {
-      auto jt = chunks_.find(idx);
-      if (jt != chunks_.end() && jt->second == c) {
-        held_ -= c->data.size();
-        chunks_.erase(jt);
-      }
+      auto it = chunks_.find(c->start);
+      if (it != chunks_.end() && it->second == c) drop_locked(it);
     }
     cv_.notify_all();
   }
@@ -117,20 +152,50 @@ void RemoteFile::work() const {
 void RemoteFile::will_need(uint64_t offset, uint64_t n) const noexcept {
   const uint64_t cb = cache_opt_.chunk_bytes;
   if (n == 0 || cache_opt_.prefetch_bytes == 0 || offset >= size_ || getpid() != owner_pid_) return;
-  n = std::min(n, size_ - offset);
+  const uint64_t end = offset + std::min(n, size_ - offset);
   try {
     std::lock_guard lock(mu_);
     bool queued = false;
-    for (uint64_t idx = offset / cb; idx <= (offset + n - 1) / cb; ++idx) {
-      if (chunks_.count(idx)) continue;
-      const uint64_t bytes = std::min(cb, size_ - idx * cb);
-      if (held_ + bytes > cache_opt_.prefetch_bytes) break;  // backpressure
+    for (uint64_t pos = offset; pos < end;) {
+      auto it = chunks_.upper_bound(pos);
+      if (it != chunks_.begin()) {
+        auto prev = std::prev(it);
+        const uint64_t pend = prev->first + prev->second->size;
+        if (pend > pos) {  // already cached or scheduled
+          pos = pend;
+          continue;
+        }
+      }
+      const uint64_t gap_end = std::min(end, it == chunks_.end() ? end : it->first);
+      uint64_t bytes = std::min(cb, gap_end - pos);
+      if (held_ + bytes > cache_opt_.prefetch_bytes) {  // backpressure: what fits (not a sliver), or nothing
+        const uint64_t room = cache_opt_.prefetch_bytes - std::min(held_, cache_opt_.prefetch_bytes);
+        if (room < std::min<uint64_t>(bytes, 1u << 20)) break;
+        bytes = room;
+      }
+      // A piece right after a queued one (not yet taken by a worker) joins it, up to chunk_bytes:
+      // a run of small tensors becomes one request.
+      if (it != chunks_.begin()) {
+        Chunk& p = *std::prev(it)->second;
+        if (!p.taken && p.start + p.size == pos && p.size < cb) {
+          const uint64_t add = std::min(bytes, cb - p.size);
+          p.size += add;
+          p.live += add;
+          held_ += add;
+          peak_ = std::max(peak_, held_);
+          pos += add;
+          continue;
+        }
+      }
       auto c = std::make_shared<Chunk>();
-      c->data.resize(bytes);
-      chunks_.emplace(idx, std::move(c));
+      c->start = pos;
+      c->size = bytes;
+      c->live = bytes;
+      chunks_.emplace(pos, c);
+      queue_.push_back(std::move(c));
       held_ += bytes;
       peak_ = std::max(peak_, held_);
-      queue_.push_back(idx);
+      pos += bytes;
       queued = true;
     }
     if (queued && workers_.empty())
@@ -141,45 +206,52 @@ void RemoteFile::will_need(uint64_t offset, uint64_t n) const noexcept {
 }
 
 void RemoteFile::release(uint64_t offset, uint64_t n, bool) const noexcept {
-  const uint64_t cb = cache_opt_.chunk_bytes;
-  std::lock_guard lock(mu_);
-  for (auto it = chunks_.lower_bound((offset + cb - 1) / cb); it != chunks_.end();) {
-    const uint64_t start = it->first * cb, end = start + it->second->data.size();
-    if (end > offset + n) break;
-    if (!it->second->ready) {  // in flight or queued: dropped when its fetch ends (or skipped)
-      it->second->dropped = true;
-      if (std::find(queue_.begin(), queue_.end(), it->first) == queue_.end()) {
+  if (n == 0) return;
+  const uint64_t end = offset + std::min(n, UINT64_MAX - offset);
+  std::unique_lock lock(mu_);
+  bool cancelled = false;
+  auto it = chunks_.upper_bound(offset);
+  if (it != chunks_.begin()) --it;
+  while (it != chunks_.end() && it->first < end) {
+    Chunk& c = *it->second;
+    const uint64_t a = std::max(offset, c.start), b = std::min(end, c.start + c.size);
+    if (b <= a) {
+      ++it;
+      continue;
+    }
+    c.live -= std::min(c.live, b - a);
+    if (c.live > 0) {
+      ++it;
+      continue;
+    }
+    if (!c.ready && !c.failed) {  // queued or in flight
+      auto q = std::find(queue_.begin(), queue_.end(), it->second);
+      if (q == queue_.end()) {  // in flight: freed when its fetch ends
+        c.dropped = true;
         ++it;
         continue;
       }
-      queue_.erase(std::find(queue_.begin(), queue_.end(), it->first));
+      queue_.erase(q);
+      c.failed = true;  // never fetched now: a reader waiting for it reads those bytes directly
+      cancelled = true;
     }
-    held_ -= it->second->data.size();
-    it = chunks_.erase(it);
+    auto next = std::next(it);
+    drop_locked(it);
+    it = next;
   }
+  lock.unlock();
+  if (cancelled) cv_.notify_all();
 }
 
-bool RemoteFile::copy_from_cache(uint64_t offset, std::span<std::byte> out) const {
-  const uint64_t cb = cache_opt_.chunk_bytes;
-  std::unique_lock lock(mu_);
-  const uint64_t first = offset / cb, last = (offset + out.size() - 1) / cb;
-  std::vector<std::shared_ptr<Chunk>> parts;
-  for (uint64_t idx = first; idx <= last; ++idx) {
-    auto it = chunks_.find(idx);
-    if (it == chunks_.end()) return false;
-    parts.push_back(it->second);
-  }
-  for (const auto& c : parts) {
-    cv_.wait(lock, [&] { return c->ready || c->failed || stop_; });
-    if (!c->ready) return false;
-  }
-  lock.unlock();  // ready chunks are immutable; the shared_ptrs keep them alive
-  for (uint64_t idx = first; idx <= last; ++idx) {
-    const uint64_t cstart = idx * cb;
-    const uint64_t a = std::max(offset, cstart), b = std::min(offset + out.size(), cstart + cb);
-    std::memcpy(out.data() + (a - offset), parts[idx - first]->data.data() + (a - cstart), b - a);
-  }
-  return true;
+uint64_t RemoteFile::cached_until(uint64_t offset) const {
+  std::lock_guard lock(mu_);
+  auto it = chunks_.upper_bound(offset);
+  if (it == chunks_.begin()) return 0;
+  --it;
+  uint64_t end = it->first + it->second->size;
+  if (end <= offset) return 0;
+  for (++it; it != chunks_.end() && it->first == end; ++it) end += it->second->size;
+  return end;
 }
 
 uint64_t RemoteFile::cached_bytes() const {

@@ -3,14 +3,18 @@
 // guard()/populate() are no-ops (a remote size cannot shrink under a read: every response is
 // checked against the pinned size and ETag instead).
 //
-// will_need() schedules chunk fetches ahead of the decoder into a bounded cache (backpressure:
-// chunks that would pass the cap are not scheduled), fetched by a few worker threads of the file;
-// read_at() (thread-safe: decoders call it from OpenMP threads) copies out of cached chunks when
-// they cover the whole range (waiting for those in flight) and otherwise is one ranged GET
-// straight into the caller's span; release() drops the chunks inside a range. A failed prefetch
-// is forgotten: the read then fetches directly and reports its own error. In a fork()ed child
-// (vLLM forks workers) the parent's workers do not exist: the cache is bypassed there.
+// will_need() schedules fetches of exactly the bytes asked for (pieces of at most chunk_bytes,
+// a piece adjacent to a still-queued one joining it up to that size: one request for a run of
+// small tensors) into a bounded cache (backpressure: pieces that would pass the cap are not
+// scheduled; the caller asks again later), fetched by a few worker threads of the file. read_at()
+// (thread-safe: decoders call it from OpenMP threads) copies the cached parts of its range out
+// (waiting for those in flight) and fetches the rest with ranged GETs straight into the caller's
+// span. release() forgets the bytes of a range: a cached piece is freed once every byte of it
+// has been released, so a piece shared by two tensors lives until both are done. A failed
+// prefetch is forgotten: the read then fetches directly and reports its own error. In a fork()ed
+// child (vLLM forks workers) the parent's workers do not exist: the cache is bypassed there.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -25,6 +29,7 @@
 
 #include "io/file.hpp"
 #include "io/http_client.hpp"
+#include "io/memory.hpp"
 
 namespace ctstream::io {
 
@@ -33,6 +38,9 @@ struct RemoteCacheOptions {
   uint64_t chunk_bytes = 8ull << 20;      ///< CTSTREAM_S3_CHUNK_BYTES
   uint64_t prefetch_bytes = 64ull << 20;  ///< cap on cached + in-flight chunks (CTSTREAM_S3_PREFETCH_BYTES); 0 = off
   unsigned workers = 4;                   ///< fetch threads (CTSTREAM_S3_CONNECTIONS)
+  /// A sliced decode (a TP rank's shard) fetches the byte ranges its slice needs, two ranges
+  /// joined into one request when the gap between them is under this (CTSTREAM_S3_COALESCE_GAP).
+  uint64_t coalesce_gap = 1ull << 20;
   static RemoteCacheOptions from_env();
 };
 
@@ -56,17 +64,26 @@ class RemoteFile final : public File {
   /// Bytes held by the cache (fetched or in flight) now, and the most it ever held.
   uint64_t cached_bytes() const;
   uint64_t peak_cached_bytes() const;
+  /// The end of the run of cached (or in-flight) pieces that holds `offset`; 0 when none does.
+  uint64_t cached_until(uint64_t offset) const;
+  /// Ranged GETs this file sent (prefetch and direct) and the body bytes they asked for.
+  uint64_t requests() const noexcept { return requests_.load(std::memory_order_relaxed); }
+  uint64_t bytes_fetched() const noexcept { return fetched_.load(std::memory_order_relaxed); }
+  const RemoteCacheOptions& cache_options() const noexcept { return cache_opt_; }
 
   const std::string& etag() const noexcept { return info_.etag; }
   const HttpTarget& target() const noexcept { return target_; }
 
  private:
   struct Chunk {
-    std::vector<std::byte> data;
-    bool ready = false, failed = false, dropped = false;
+    uint64_t start = 0, size = 0;
+    AnonBuffer data;    // mapped when a worker takes the piece, unmapped when it is freed (RSS follows)
+    uint64_t live = 0;  // bytes not yet released; the chunk is freed at 0
+    bool taken = false, ready = false, failed = false, dropped = false;
   };
   void work() const;
-  bool copy_from_cache(uint64_t offset, std::span<std::byte> out) const;
+  void fetch(uint64_t offset, std::span<std::byte> out) const;  // one direct read, counted
+  void drop_locked(std::map<uint64_t, std::shared_ptr<Chunk>>::iterator it) const;
 
   HttpTarget target_;
   ObjectInfo info_;
@@ -74,8 +91,9 @@ class RemoteFile final : public File {
   RemoteCacheOptions cache_opt_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  mutable std::map<uint64_t, std::shared_ptr<Chunk>> chunks_;  // by chunk index
-  mutable std::deque<uint64_t> queue_;                         // chunk indices to fetch
+  mutable std::map<uint64_t, std::shared_ptr<Chunk>> chunks_;  // by start offset; never overlapping
+  mutable std::deque<std::shared_ptr<Chunk>> queue_;           // to fetch, oldest first
+  mutable std::atomic<uint64_t> requests_{0}, fetched_{0};
   mutable uint64_t held_ = 0, peak_ = 0;
   mutable bool stop_ = false;
   mutable std::vector<std::thread> workers_;

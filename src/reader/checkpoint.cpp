@@ -35,7 +35,14 @@ std::span<const std::byte> Checkpoint::Impl::bytes(const TensorPart& p, uint64_t
   if (w.serial == serial && w.file == p.file && at >= w.begin && at - w.begin + n <= w.buf.size())
     return {w.buf.data() + (at - w.begin), n};
   // Read ahead to the window size, within the part (callers keep off + n inside it).
-  const uint64_t len = std::max(n, std::min(ReadWindow::kReadWindow, p.nbytes - std::min(off, p.nbytes)));
+  uint64_t len = std::max(n, std::min(ReadWindow::kReadWindow, p.nbytes - std::min(off, p.nbytes)));
+#ifdef CTSTREAM_HAVE_REMOTE
+  // Remote: within the bytes the decode fetched ahead, when they hold the request (a TP rank's
+  // rows: the window must not reach into the next rank's bytes, which would be fetched for nothing).
+  if (f.mode() == io::Mode::remote)
+    if (const uint64_t e = static_cast<const io::RemoteFile&>(f).cached_until(at); e >= at + n)
+      len = std::min(len, e - at);
+#endif
   w.serial = 0;  // empty until the read succeeds
   w.buf.resize(len);
   f.read_at(at, w.buf);
@@ -167,6 +174,7 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   format::ShardSet lay = format::discover_shards(path, options.max_json_bytes);
 #endif
   ck->paths = lay.files;
+  ck->remote = remote;
   const auto add_source = [&](const io::FileIdentity& id) { ck->sources.push_back({id.path, id.device, id.inode}); };
   if (!lay.index_path.empty()) add_source(lay.index_id);
   if (!lay.config_path.empty()) {
@@ -319,10 +327,158 @@ uint64_t reader::ChunkedDecode::decode(std::span<std::byte> out, const std::opti
   return run_rows(ck_, t_, out, out_, g, slice, *dec_);
 }
 
+std::vector<Checkpoint::Impl::Range> Checkpoint::Impl::remote_ranges(const TensorInfo& t,
+                                                                     const std::optional<Slice>& slice) const {
+  std::vector<Range> r;
+#ifdef CTSTREAM_HAVE_REMOTE
+  if (!remote || t.format == Format::low_rank) return r;  // factors: each decode fetches its own
+  const reader::SliceGeom g = reader::slice_geometry(*this, t, slice);
+  for (const TensorPart& p : t.parts) {
+    const auto& f = static_cast<const io::RemoteFile&>(file_of(p));
+    const uint64_t gap = f.cache_options().coalesce_gap;
+    const auto add = [&](uint64_t off, uint64_t len) {
+      if (len == 0) return;
+      if (!r.empty() && r.back().file == p.file && off >= r.back().offset + r.back().length &&
+          off - (r.back().offset + r.back().length) < gap)
+        r.back().length = off + len - r.back().offset;
+      else r.push_back({p.file, off, len});
+    };
+    const unsigned bits = dtype_bits(p.dtype);
+    if (g.sliced() && t.format == Format::dense && bits % 8 == 0 && p.nbytes == t.numel() * (bits / 8)) {
+      // The slice's runs: `len * inner` elements at each outer index.
+      const uint64_t es = bits / 8;
+      for (uint64_t o = 0; o < g.outer; ++o) add(p.offset + (o * g.dim + g.start) * g.inner * es, g.len * g.inner * es);
+    } else if (slice && slice->dim == 0 && !t.shape.empty() && t.shape[0] > 0 && !p.shape.empty() &&
+               p.shape[0] == t.shape[0] && p.nbytes % p.shape[0] == 0) {
+      // A part with one row per row of the tensor (packed weights, scales, bitmasks): its rows.
+      const uint64_t row = p.nbytes / p.shape[0];
+      add(p.offset + g.start * row, g.len * row);
+    } else {
+      add(p.offset, p.nbytes);
+    }
+  }
+#else
+  (void)t, (void)slice;
+#endif
+  return r;
+}
+
+bool reader::decode_remote_dense_blocks(const Checkpoint::Impl& ck, const TensorInfo& t,
+                                        std::span<const Checkpoint::Impl::Range> ranges, std::span<std::byte> out,
+                                        DType out_dtype, const std::optional<Slice>& slice, uint64_t& written) {
+#ifdef CTSTREAM_HAVE_REMOTE
+  if (!slice || t.format != Format::dense || t.parts.empty()) return false;
+  const auto& f = static_cast<const io::RemoteFile&>(ck.file_of(t.parts.front()));
+  const uint64_t cap = f.cache_options().prefetch_bytes, gap = f.cache_options().coalesce_gap;
+  uint64_t total = 0;
+  for (const auto& r : ranges) total += r.length;
+  DecodePlan own;
+  const DecodePlan& plan = ck.plan(t, own);
+  const SliceGeom g = slice_geometry(ck, t, slice);
+  if (cap == 0 || total <= cap || g.outer < 2 || !plan.main || !plan.refusal(out_dtype, true).empty()) return false;
+  const TensorPart& p = *plan.main;
+  const unsigned bits = dtype_bits(p.dtype), obits = dtype_bits(out_dtype);
+  if (bits % 8 || obits % 8 || p.nbytes != t.numel() * (bits / 8)) return false;
+  // A slice of an inner dim (a TP rank's columns) larger than the cache: blocks of outer indices
+  // that fit half of it, the next block fetched while this one decodes, each released after.
+  const uint64_t in_sz = bits / 8, o_sz = obits / 8, src_outer = g.dim * g.inner * in_sz;
+  const uint64_t per = std::max<uint64_t>(1, cap / 2 / std::max<uint64_t>(1, src_outer));
+  std::vector<Checkpoint::Impl::Range> block;
+  const auto ranges_of = [&](uint64_t o0, uint64_t o1) {
+    block.clear();
+    for (uint64_t o = o0; o < o1; ++o) {
+      const uint64_t off = p.offset + (o * g.dim + g.start) * g.inner * in_sz, len = g.len * g.inner * in_sz;
+      if (!block.empty() && off - (block.back().offset + block.back().length) < gap)
+        block.back().length = off + len - block.back().offset;
+      else block.push_back({p.file, off, len});
+    }
+    return block;
+  };
+  if (require_output(ck, t, out, out_dtype, g) == 0) return false;
+  for (const auto& r : ranges_of(0, std::min(g.outer, per))) f.will_need(r.offset, r.length);
+  for (uint64_t o0 = 0; o0 < g.outer; o0 += per) {
+    const uint64_t o1 = std::min(g.outer, o0 + per);
+    const std::vector<Checkpoint::Impl::Range> mine = ranges_of(o0, o1);
+    if (o1 < g.outer)
+      for (const auto& r : ranges_of(o1, std::min(g.outer, o1 + per))) f.will_need(r.offset, r.length);
+    struct Release {
+      const io::File& f;
+      const std::vector<Checkpoint::Impl::Range>& r;
+      ~Release() {
+        for (const auto& x : r) f.release(x.offset, x.length, false);
+      }
+    } release{f, mine};
+    TensorPart shifted = p;  // the block's outer indices start at its first
+    shifted.offset += o0 * src_outer;
+    shifted.nbytes -= o0 * src_outer;
+    DecodePlan sub = plan;
+    sub.main = &shifted;
+    SliceGeom sg = g;
+    sg.outer = o1 - o0;
+    written += decode_dense(ck, sub, out.subspan(o0 * g.len * g.inner * o_sz), out_dtype, sg);
+  }
+  return true;
+#else
+  (void)ck, (void)t, (void)ranges, (void)out, (void)out_dtype, (void)slice, (void)written;
+  return false;
+#endif
+}
+
+namespace {
+// A fault of a remote read names the URL; the decode it ended names the tensor too.
+[[noreturn]] void rethrow_naming(const Error& e, const std::string& tensor) {
+  std::string msg = e.what();
+  if (const std::string pre = e.file().empty() ? "" : e.file() + ": "; msg.rfind(pre, 0) == 0) msg.erase(0, pre.size());
+  throw Error(e.kind(), e.file(), tensor, msg);
+}
+}  // namespace
+
 uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                                  const std::optional<Slice>& slice) const {
-  return detail::at_boundary(reader::file_name(*impl_, t), t.name,
-                             [&]() -> uint64_t { return reader::decode(*impl_, t, out, out_dtype, slice); });
+  return detail::at_boundary(reader::file_name(*impl_, t), t.name, [&]() -> uint64_t {
+    if (!impl_->remote) return reader::decode(*impl_, t, out, out_dtype, slice);
+    uint64_t n_blocked = 0;
+    // Remote: the ranges this decode reads are fetched ahead in large requests (bounded by each
+    // file's cache) while the decoders wait for each piece in turn, and released afterwards:
+    // compressed bytes are not read twice.
+    const std::vector<Impl::Range> ranges = impl_->remote_ranges(t, slice);
+    try {
+      if (reader::decode_remote_dense_blocks(*impl_, t, ranges, out, out_dtype, slice, n_blocked)) return n_blocked;
+    } catch (const Error& e) {
+      if (!e.tensor().empty()) throw;
+      rethrow_naming(e, t.name);
+    }
+    for (const auto& r : ranges) impl_->files[r.file]->will_need(r.offset, r.length);
+    struct Release {
+      const Impl& ck;
+      const std::vector<Impl::Range>& ranges;
+      ~Release() {
+        for (const auto& r : ranges) ck.files[r.file]->release(r.offset, r.length, false);
+      }
+    } release{*impl_, ranges};
+    try {
+      return reader::decode(*impl_, t, out, out_dtype, slice);
+    } catch (const Error& e) {
+      if (!e.tensor().empty()) throw;
+      rethrow_naming(e, t.name);
+    }
+  });
+}
+
+Checkpoint::RemoteStats Checkpoint::remote_stats() const {
+  RemoteStats s;
+#ifdef CTSTREAM_HAVE_REMOTE
+  if (!impl_->remote) return s;
+  for (const auto& f : impl_->files) {
+    const auto& rf = static_cast<const io::RemoteFile&>(*f);
+    s.requests += rf.requests();
+    s.bytes_fetched += rf.bytes_fetched();
+    s.cached_bytes += rf.cached_bytes();
+    s.peak_cached_bytes += rf.peak_cached_bytes();
+    s.file_bytes += rf.size();
+  }
+#endif
+  return s;
 }
 
 uint64_t Checkpoint::decode_chunked(const TensorInfo& t, DType out_dtype, uint64_t max_bytes,

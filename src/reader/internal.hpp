@@ -35,6 +35,7 @@ struct ReadWindow {
 struct Checkpoint::Impl {
   uint64_t serial = 0;  // unique per opened checkpoint in this process (never 0)
   OpenOptions opt;
+  bool remote = false;  // s3:// or http(s)://: every file is an io::RemoteFile
   std::vector<std::filesystem::path> paths;
   std::vector<Checkpoint::SourceFile> sources;  // every file read at open (source_files())
   std::vector<std::unique_ptr<io::File>> files;
@@ -73,6 +74,14 @@ struct Checkpoint::Impl {
   std::span<const std::byte> bytes(const TensorPart& p, uint64_t off, uint64_t n, ReadWindow& window,
                                    bool windowed = false) const;
   unsigned threads() const;
+  /// Remote files: the byte ranges a decode of `slice` of `t` reads (the rows or columns of the
+  /// slice where the layout says where they are, whole parts otherwise), two ranges joined when
+  /// the gap between them is under the file's coalesce_gap. Empty for local files.
+  struct Range {
+    uint32_t file = 0;
+    uint64_t offset = 0, length = 0;
+  };
+  std::vector<Range> remote_ranges(const TensorInfo& t, const std::optional<Slice>& slice) const;
 };
 
 namespace reader {
@@ -117,6 +126,13 @@ uint64_t decode(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::
 /// Format::low_rank: the product of the factors (decode_low_rank.cpp).
 uint64_t decode_low_rank(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                          const SliceGeom& g, const std::optional<Slice>& slice);
+
+/// Remote files: a dense tensor's slice of an inner dim whose byte ranges (`ranges`, from
+/// Impl::remote_ranges) pass the file's cache is decoded in blocks of outer indices, each fetched
+/// ahead (coalesced) and released after; false (nothing done) when that does not apply.
+bool decode_remote_dense_blocks(const Checkpoint::Impl& ck, const TensorInfo& t,
+                                std::span<const Checkpoint::Impl::Range> ranges, std::span<std::byte> out,
+                                DType out_dtype, const std::optional<Slice>& slice, uint64_t& written);
 
 /// Format::dense (plan.refusal() checked by the caller).
 uint64_t decode_dense(const Checkpoint::Impl& ck, const DecodePlan& plan, std::span<std::byte> out, DType out_dtype,

@@ -6,6 +6,9 @@
 #include "core/fork.hpp"
 #include "io/memory.hpp"
 #include "reader/internal.hpp"
+#ifdef CTSTREAM_HAVE_REMOTE
+#include "io/remote_file.hpp"
+#endif
 
 #include <unistd.h>
 
@@ -47,6 +50,9 @@ struct Stream::Impl {
   bool stop = false;
   std::thread worker;
   const pid_t pid = ::getpid();  // the process `worker` runs in
+  // Remote checkpoints: how many stored bytes past the tensor being decoded are fetched ahead
+  // (each file's cache cap, and never more than the budget); 0 for local files.
+  uint64_t prefetch_window = 0;
 
   // A fork()ed child's copy: no worker runs here, and the parent's may have held any lock.
   bool foreign() const noexcept { return ::getpid() != pid; }
@@ -58,6 +64,14 @@ struct Stream::Impl {
       for (const auto& n : *opt.order) order.push_back(&ck.at(n));
     }
     if (!opt.destination && opt.budget_bytes > 0) ring = io::AnonBuffer(opt.budget_bytes);
+#ifdef CTSTREAM_HAVE_REMOTE
+    if (ck.impl().remote) {
+      prefetch_window = opt.budget_bytes;
+      for (const auto& f : ck.impl().files)
+        prefetch_window =
+            std::min(prefetch_window, static_cast<const io::RemoteFile&>(*f).cache_options().prefetch_bytes);
+    }
+#endif
     worker = std::thread([this] {
       try {
         run();
@@ -158,6 +172,27 @@ struct Stream::Impl {
     }
   }
 
+  // Local files: a hint for the next tensor. Remote: the batch about to be decoded and the
+  // tensors after it, in order, up to prefetch_window stored bytes past the batch (asked again
+  // before every batch: what the file's cache had no room for last time is scheduled as the
+  // decodes free it). Each decode_into releases its own ranges when it ends.
+  void read_ahead(size_t i, size_t n) const {
+    if (!ck.impl().remote) {
+      if (i + n < order.size()) ck.will_need(*order[i + n]);
+      return;
+    }
+    uint64_t ahead = 0;
+    for (size_t j = i; j < order.size(); ++j) {
+      uint64_t stored = 0;
+      for (const auto& p : order[j]->parts) stored += p.nbytes;
+      if (j >= i + n) {
+        if (ahead + stored > prefetch_window) break;
+        ahead += stored;
+      }
+      ck.will_need(*order[j]);
+    }
+  }
+
   static constexpr uint64_t kSmall = 1u << 20;       // tensors below this decode in batches
   static constexpr uint64_t kBatchBytes = 8u << 20;  // ... of at most this many bytes
   static constexpr size_t kBatchCount = 256;
@@ -191,7 +226,7 @@ struct Stream::Impl {
           }
         }
       }
-      if (i + batch.size() < order.size()) ck.will_need(*order[i + batch.size()]);  // readahead
+      read_ahead(i, batch.size());
       if (batch.size() == 1) {
         reader::ScopedDecodeThreads scope(threads);
         decode_one(i, *batch[0]);
@@ -228,7 +263,7 @@ struct Stream::Impl {
       slots.pop_front();
       has_current = false;
       lk.unlock();
-      if (opt.release_consumed) ck.release(prev);
+      if (opt.release_consumed && !ck.impl().remote) ck.release(prev);  // remote: decode_into did
       cv_space.notify_all();
       lk.lock();
     }

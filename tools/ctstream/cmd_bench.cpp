@@ -1,11 +1,14 @@
 // ctstream bench PATH [--threads N] [--dtype bf16|fp16|fp32] [--budget BYTES] [--repeat K] [--cold]
-//                     [--pread] [--json]
+//                     [--pread] [--json] [--tp RANK/SIZE [--tp-dim D]]
 // Loads every tensor into one reused caller buffer (as an engine filling its parameters would)
 // and reports output GB/s, time to first tensor, total time and peak RSS (getrusage).
 // Without --budget each tensor is decoded straight into the caller's buffer (decode_into) and
 // then released (its mapped file pages leave the process);
 // with --budget a Stream decodes ahead on a worker within that budget and the consumer copies
 // each item into the caller's buffer.
+// With --tp a tensor-parallel rank's share is loaded instead: of every tensor with two or more
+// dims, the slice RANK of SIZE along dim D (0: rows, the default); other tensors whole. On an
+// s3:// / https:// PATH the JSON adds what was fetched ("remote": requests, bytes, cache peak).
 #include <omp.h>
 
 #include <cstdio>
@@ -13,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "cli.hpp"
@@ -21,11 +25,26 @@ namespace cli {
 
 int cmd_bench(int argc, char** argv) {
   Args a = parse(argc, argv, 2, {"--json", "--pread", "--cold", "--stored-factors"},
-                 {"--threads", "--dtype", "--repeat", "--budget", "--module-classes"});
+                 {"--threads", "--dtype", "--repeat", "--budget", "--module-classes", "--tp", "--tp-dim"});
   if (a.pos.size() != 1) throw std::invalid_argument("bench needs exactly one PATH");
   const ctstream::DType out = parse_dtype(a.get("--dtype", "bf16"));
   const int repeat = std::max(1, std::stoi(a.get("--repeat", "1")));
   const bool tty = stdout_is_terminal() && !a.has("--json");
+  uint64_t tp_rank = 0, tp_size = 1;
+  const uint32_t tp_dim = static_cast<uint32_t>(std::stoul(a.get("--tp-dim", "0")));
+  if (a.has("--tp")) {
+    const std::string v = a.get("--tp");
+    const size_t slash = v.find('/');
+    if (slash == std::string::npos) throw std::invalid_argument("--tp takes RANK/SIZE, e.g. 0/2");
+    tp_rank = std::stoull(v.substr(0, slash)), tp_size = std::stoull(v.substr(slash + 1));
+    if (tp_size == 0 || tp_rank >= tp_size) throw std::invalid_argument("--tp RANK/SIZE needs RANK < SIZE");
+    if (a.has("--budget")) throw std::invalid_argument("--tp decodes slices directly: no --budget");
+  }
+  const auto tp_slice = [&](const ctstream::TensorInfo& t) -> std::optional<ctstream::Slice> {
+    if (tp_size == 1 || t.shape.size() < 2 || tp_dim >= t.shape.size()) return std::nullopt;
+    const uint64_t n = t.shape[tp_dim];
+    return ctstream::Slice{tp_dim, tp_rank * n / tp_size, (tp_rank + 1) * n / tp_size};
+  };
 
   const double t_open0 = now_seconds();
   auto ckpt = ctstream::Checkpoint::open(a.pos[0], open_options(a));
@@ -66,7 +85,7 @@ int cmd_bench(int argc, char** argv) {
         n = item->data.size();
         std::memcpy(buf.data(), item->data.data(), n);
       } else {
-        n = ckpt.decode_into(t, buf, d);
+        n = ckpt.decode_into(t, buf, d, tp_slice(t));
         ckpt.release(t);  // as an engine should: the tensor's mapped file pages leave the process
       }
       const double e = now_seconds();
@@ -102,6 +121,12 @@ int cmd_bench(int argc, char** argv) {
     j["load_seconds"] = best;
     j["output_gbps"] = out_bytes / best / 1e9;
     j["peak_rss_bytes"] = rss;
+    if (a.has("--tp")) j["tp"] = {{"rank", tp_rank}, {"size", tp_size}, {"dim", tp_dim}};
+    if (const auto r = ckpt.remote_stats(); r.file_bytes)
+      j["remote"] = {{"requests", r.requests},
+                     {"bytes_fetched", r.bytes_fetched},
+                     {"peak_cached_bytes", r.peak_cached_bytes},
+                     {"file_bytes", r.file_bytes}};
     for (const auto& [f, st] : by_format)
       j["formats"][f] = {{"tensors", st.tensors},
                          {"stored_bytes", st.in},
@@ -118,6 +143,11 @@ int cmd_bench(int argc, char** argv) {
       "open %.2f ms, first tensor %.2f ms (open + its decode), load %.3f s (best of %d) = %.2f GB/s output, "
       "peak RSS %s\n",
       t_open * 1e3, first_tensor * 1e3, best, repeat, out_bytes / best / 1e9, human_bytes(rss).c_str());
+  if (const auto r = ckpt.remote_stats(); r.file_bytes)
+    std::printf("remote: %llu requests, %s fetched of %s (%.2fx), read-ahead cache peak %s\n",
+                static_cast<unsigned long long>(r.requests), human_bytes(r.bytes_fetched).c_str(),
+                human_bytes(r.file_bytes).c_str(), static_cast<double>(r.bytes_fetched) / r.file_bytes,
+                human_bytes(r.peak_cached_bytes).c_str());
   std::printf("%-22s %8s %12s %12s %10s\n", "format", "tensors", "stored", "output", "GB/s");
   for (const auto& [f, st] : by_format)
     std::printf("%-22s %8llu %12s %12s %10.2f\n", f.c_str(), static_cast<unsigned long long>(st.tensors),
