@@ -3,39 +3,63 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <exception>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/fork.hpp"
 
 namespace ctstream::io {
 
+struct ReadAhead::State {
+  struct Job {
+    const File* f;
+    uint64_t from, to;
+  };
+  static constexpr size_t kKeptIntervals = 16;
+  // Advised intervals of one file, sorted, disjoint, not adjacent; the lowest dropped past the cap
+  // (decodes move forward through a file).
+  using Intervals = std::vector<std::pair<uint64_t, uint64_t>>;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Job> jobs;
+  std::vector<Intervals> files;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> advised_bytes{0};
+  std::thread worker;
+  pid_t owner_pid = 0;  // the process that started the worker
+};
+
+ReadAhead::ReadAhead() : s_(std::make_unique<State>()) {}
+
+uint64_t ReadAhead::advised_bytes() const noexcept { return s_->advised_bytes.load(std::memory_order_relaxed); }
+
 ReadAhead::~ReadAhead() {
-  if (worker_.joinable() && ::getpid() != owner_pid_) {
-    // A fork()ed child: the worker is the parent's thread, which does not exist here, and the
-    // mutex may have been held by it at the fork. The std::thread object is leaked (never joined,
-    // detached or destroyed), as io/remote_file.cpp does with its workers.
-    try {
-      (void)new std::thread(std::move(worker_));
-    } catch (...) {
-      std::terminate();  // ~std::thread of a joinable thread would terminate anyway
-    }
+  if (s_->worker.joinable() && ::getpid() != s_->owner_pid) {
+    (void)s_.release();  // a fork()ed child: the parent's thread does not exist here (see State)
     return;
   }
   {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_.store(true);
+    std::lock_guard<std::mutex> lk(s_->mu);
+    s_->stop.store(true);
   }
-  cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  s_->cv.notify_all();
+  if (s_->worker.joinable()) s_->worker.join();
 }
 
 void ReadAhead::advise(const File& f, uint32_t index, uint64_t from, uint64_t to) noexcept {
   to = std::min(to, f.size());
   if (f.mode() == Mode::remote || to <= from || core::in_forked_child()) return;
+  State& st = *s_;
   try {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (files_.size() <= index) files_.resize(index + 1);
-    Intervals& done = files_[index];
+    std::lock_guard<std::mutex> lk(st.mu);
+    if (st.files.size() <= index) st.files.resize(index + 1);
+    State::Intervals& done = st.files[index];
     // The parts of [from, to) no kept interval covers become jobs.
     uint64_t at = from;
     bool queued = false;
@@ -43,15 +67,15 @@ void ReadAhead::advise(const File& f, uint32_t index, uint64_t from, uint64_t to
       if (hi <= at) continue;
       if (lo >= to) break;
       if (lo > at) {
-        jobs_.push_back({&f, at, lo});
-        advised_bytes_.fetch_add(lo - at, std::memory_order_relaxed);
+        st.jobs.push_back({&f, at, lo});
+        st.advised_bytes.fetch_add(lo - at, std::memory_order_relaxed);
         queued = true;
       }
       at = std::max(at, hi);
     }
     if (at < to) {
-      jobs_.push_back({&f, at, to});
-      advised_bytes_.fetch_add(to - at, std::memory_order_relaxed);
+      st.jobs.push_back({&f, at, to});
+      st.advised_bytes.fetch_add(to - at, std::memory_order_relaxed);
       queued = true;
     }
     if (!queued) return;
@@ -67,27 +91,27 @@ void ReadAhead::advise(const File& f, uint32_t index, uint64_t from, uint64_t to
     }
     it = done.erase(it, end);
     done.insert(it, {lo, hi});
-    if (done.size() > kKeptIntervals) done.erase(done.begin());
-    while (jobs_.size() > 64) jobs_.pop_front();  // the decodes outran the disk: keep the nearest
-    if (!worker_.joinable()) {
-      worker_ = std::thread([this] { run(); });
-      owner_pid_ = ::getpid();
+    if (done.size() > State::kKeptIntervals) done.erase(done.begin());
+    while (st.jobs.size() > 64) st.jobs.pop_front();  // the decodes outran the disk: keep the nearest
+    if (!st.worker.joinable()) {
+      st.worker = std::thread([&st] { run(st); });
+      st.owner_pid = ::getpid();
     }
   } catch (...) {  // no thread or no memory: the decode reads without advice
     return;
   }
-  cv_.notify_one();
+  st.cv.notify_one();
 }
 
-void ReadAhead::run() {
-  std::unique_lock<std::mutex> lk(mu_);
+void ReadAhead::run(State& s) {
+  std::unique_lock<std::mutex> lk(s.mu);
   while (true) {
-    cv_.wait(lk, [&] { return stop_.load() || !jobs_.empty(); });
-    if (stop_.load()) return;
-    const Job j = jobs_.front();
-    jobs_.pop_front();
+    s.cv.wait(lk, [&] { return s.stop.load() || !s.jobs.empty(); });
+    if (s.stop.load()) return;
+    const State::Job j = s.jobs.front();
+    s.jobs.pop_front();
     lk.unlock();
-    for (uint64_t at = j.from; at < j.to && !stop_.load(std::memory_order_relaxed); at += kPieceBytes)
+    for (uint64_t at = j.from; at < j.to && !s.stop.load(std::memory_order_relaxed); at += kPieceBytes)
       j.f->will_need(at, std::min(kPieceBytes, j.to - at));
     lk.lock();
   }

@@ -10,14 +10,8 @@
 // kKeptIntervals merged intervals per file) are not advised again. Remote files schedule their own
 // fetches; in a fork()ed child nothing is advised (no thread).
 #pragma once
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <mutex>
-#include <thread>
-#include <utility>
-#include <vector>
+#include <memory>
 
 #include "io/file.hpp"
 
@@ -28,7 +22,7 @@ class ReadAhead {
   static constexpr uint64_t kAheadBytes = 32ull << 20;
   static constexpr uint64_t kPieceBytes = 4ull << 20;
 
-  ReadAhead() = default;
+  ReadAhead();
   ~ReadAhead();
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
@@ -37,27 +31,15 @@ class ReadAhead {
   /// I/O; never throws.
   void advise(const File& f, uint32_t index, uint64_t from, uint64_t to) noexcept;
   /// Bytes handed to the worker so far (each at most once per interval; tests, stats).
-  uint64_t advised_bytes() const noexcept { return advised_bytes_.load(std::memory_order_relaxed); }
+  uint64_t advised_bytes() const noexcept;
 
  private:
-  struct Job {
-    const File* f;
-    uint64_t from, to;
-  };
-  static constexpr size_t kKeptIntervals = 16;
-  // Advised intervals of one file, sorted, disjoint, not adjacent; the lowest dropped past the cap
-  // (decodes move forward through a file).
-  using Intervals = std::vector<std::pair<uint64_t, uint64_t>>;
-  void run();
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> jobs_;
-  std::vector<Intervals> files_;
-  std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> advised_bytes_{0};
-  std::thread worker_;
-  int owner_pid_ = 0;  // the process that started worker_ (a fork()ed child must not join it)
+  // Everything the worker shares, on the heap: a fork()ed child leaks it whole, since the parent's
+  // worker may have been waiting on the condition variable (destroying it would wait for that
+  // waiter forever: pthread_cond_destroy) or holding the mutex at the fork.
+  struct State;
+  static void run(State& s);
+  std::unique_ptr<State> s_;
 };
 
 }  // namespace ctstream::io

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <utility>
 
 #include <unistd.h>
@@ -105,8 +107,13 @@ RemoteFile::~RemoteFile() {
     try {
       (void)new std::vector<std::thread>(std::move(workers_));
     } catch (...) {
-      for (auto& w : workers_) w.detach();
+      std::terminate();  // ~std::thread of a joinable thread would terminate anyway
     }
+    // A worker may have been waiting on cv_ at the fork: destroying it would wait for that waiter
+    // forever (pthread_cond_destroy), and mu_ may have been held. Both are replaced by fresh
+    // objects for the member destructors (the old ones need no destruction: nothing runs there).
+    new (&cv_) std::condition_variable();
+    new (&mu_) std::mutex();
     return;
   }
   {

@@ -80,6 +80,9 @@ TEST_CASE(
     ck->decode_into(t, want.back(), t.dtype);
   }
   REQUIRE(advised(*ck) > 0);  // the worker thread exists
+  // ... and, its jobs done, waits on its condition variable when the fork happens (a child that
+  // destroyed that condition variable would wait for the waiter forever).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {  // exit codes say what failed; _exit: no Catch2 teardown
