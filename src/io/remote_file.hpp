@@ -36,7 +36,7 @@ namespace ctstream::io {
 /// The read-ahead cache of one remote file.
 struct RemoteCacheOptions {
   uint64_t chunk_bytes = 8ull << 20;      ///< CTSTREAM_S3_CHUNK_BYTES
-  uint64_t prefetch_bytes = 64ull << 20;  ///< cap on cached + in-flight chunks (CTSTREAM_S3_PREFETCH_BYTES); 0 = off
+  uint64_t prefetch_bytes = 32ull << 20;  ///< cap on cached + in-flight chunks (CTSTREAM_S3_PREFETCH_BYTES); 0 = off
   unsigned workers = 4;                   ///< fetch threads (CTSTREAM_S3_CONNECTIONS)
   /// A sliced decode (a TP rank's shard) fetches the byte ranges its slice needs, two ranges
   /// joined into one request when the gap between them is under this (CTSTREAM_S3_COALESCE_GAP).
