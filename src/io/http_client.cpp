@@ -232,12 +232,10 @@ uint64_t HttpClient::fetch(const HttpTarget& t, uint64_t offset, std::span<std::
                            ObjectInfo& seen) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + std::chrono::duration<double>(opt_.max_total_s);
-  thread_local std::minstd_rand rng(std::random_device{}());
   uint64_t done = 0;
   std::optional<uint64_t> known_size = pinned ? std::optional<uint64_t>(pinned->size) : std::nullopt;
   std::string etag = pinned ? pinned->etag : std::string();
   std::string last_modified = pinned ? pinned->last_modified : std::string();
-  std::string last_reason;
   bool last_short = false;
   CURL* h = static_cast<CURL*>(acquire());
   struct Return {
@@ -337,26 +335,31 @@ uint64_t HttpClient::fetch(const HttpTarget& t, uint64_t offset, std::span<std::
       seen.last_modified = last_modified;
       return done;
     }
-    // the reason may quote the server (its error <Message>, a header): never a credential it echoes
-    v.reason = redact_secrets(std::move(v.reason), {t.credentials.access_key_id, t.credentials.secret_access_key,
-                                                    t.credentials.session_token});
-    last_reason = v.reason;
-    if (v.action != http::Action::retry && v.action != http::Action::retry_throttled)
-      throw http::verdict_error(v, t.display);
-    const bool throttled = v.action == http::Action::retry_throttled;
-    const double base = opt_.backoff_base_s * (throttled ? 10 : 1);
-    const double cap = std::min(opt_.backoff_cap_s, base * std::ldexp(1.0, std::min(attempt, 30)));
-    double wait = std::uniform_real_distribution<double>(0, cap)(rng);
-    if (v.retry_after_s) wait = std::min<double>(opt_.backoff_cap_s, std::max<double>(wait, *v.retry_after_s));
-    const bool out_of_time = clock::now() + std::chrono::duration<double>(wait) > deadline;
-    if (attempt + 1 >= opt_.max_attempts || out_of_time) {
-      const std::string why = "gave up after " + std::to_string(attempt + 1) + " attempt(s)" +
-                              (out_of_time ? " (time limit)" : "") + ": " + last_reason;
-      throw Error(last_short ? ErrorKind::truncated : ErrorKind::io, t.display, "", why);
-    }
-    retries_.fetch_add(1, std::memory_order_relaxed);
-    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    retry_or_throw(t, v, attempt, deadline, last_short ? ErrorKind::truncated : ErrorKind::io);
   }
+}
+
+void HttpClient::retry_or_throw(
+    const HttpTarget& t, http::Verdict& v, int attempt,
+    std::chrono::time_point<std::chrono::steady_clock, std::chrono::duration<double>> deadline, ErrorKind exhausted) {
+  thread_local std::minstd_rand rng(std::random_device{}());
+  // the reason may quote the server (its error <Message>, a header): never a credential it echoes
+  v.reason = redact_secrets(
+      std::move(v.reason), {t.credentials.access_key_id, t.credentials.secret_access_key, t.credentials.session_token});
+  if (v.action != http::Action::retry && v.action != http::Action::retry_throttled)
+    throw http::verdict_error(v, t.display);
+  const bool throttled = v.action == http::Action::retry_throttled;
+  const double base = opt_.backoff_base_s * (throttled ? 10 : 1);
+  const double cap = std::min(opt_.backoff_cap_s, base * std::ldexp(1.0, std::min(attempt, 30)));
+  double wait = std::uniform_real_distribution<double>(0, cap)(rng);
+  if (v.retry_after_s) wait = std::min<double>(opt_.backoff_cap_s, std::max<double>(wait, *v.retry_after_s));
+  const bool out_of_time = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait) > deadline;
+  if (attempt + 1 >= opt_.max_attempts || out_of_time)
+    throw Error(exhausted, t.display, "",
+                "gave up after " + std::to_string(attempt + 1) + " attempt(s)" + (out_of_time ? " (time limit)" : "") +
+                    ": " + v.reason);
+  retries_.fetch_add(1, std::memory_order_relaxed);
+  std::this_thread::sleep_for(std::chrono::duration<double>(wait));
 }
 
 ObjectInfo HttpClient::probe(const HttpTarget& t) {
@@ -422,7 +425,6 @@ struct DocAttempt {
 std::string HttpClient::get_document(const HttpTarget& t, uint64_t max_bytes) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + std::chrono::duration<double>(opt_.max_total_s);
-  thread_local std::minstd_rand rng(std::random_device{}());
   CURL* h = static_cast<CURL*>(acquire());
   struct Return {
     HttpClient* c;
@@ -453,19 +455,7 @@ std::string HttpClient::get_document(const HttpTarget& t, uint64_t max_bytes) {
       v.action = http::Action::fail;
       v.reason = "unexpected HTTP status " + std::to_string(hd.status);
     }
-    if (v.action != http::Action::retry && v.action != http::Action::retry_throttled)
-      throw http::verdict_error(v, t.display);
-    const double base = opt_.backoff_base_s * (v.action == http::Action::retry_throttled ? 10 : 1);
-    const double cap = std::min(opt_.backoff_cap_s, base * std::ldexp(1.0, std::min(attempt, 30)));
-    double wait = std::uniform_real_distribution<double>(0, cap)(rng);
-    if (v.retry_after_s) wait = std::min<double>(opt_.backoff_cap_s, std::max<double>(wait, *v.retry_after_s));
-    const bool out_of_time = clock::now() + std::chrono::duration<double>(wait) > deadline;
-    if (attempt + 1 >= opt_.max_attempts || out_of_time)
-      throw Error(ErrorKind::io, t.display, "",
-                  "gave up after " + std::to_string(attempt + 1) + " attempt(s)" +
-                      (out_of_time ? " (time limit)" : "") + ": " + v.reason);
-    retries_.fetch_add(1, std::memory_order_relaxed);
-    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    retry_or_throw(t, v, attempt, deadline, ErrorKind::io);
   }
 }
 

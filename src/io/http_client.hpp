@@ -13,6 +13,7 @@
 // interface of the design note (one fetch thread) is the later step for read-ahead.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -21,10 +22,15 @@
 #include <string_view>
 #include <vector>
 
+#include "ctstream/error.hpp"
 #include "io/aws_config.hpp"
 #include "io/url.hpp"
 
 namespace ctstream::io {
+
+namespace http {
+struct Verdict;  // io/http_response.hpp
+}
 
 /// Where a request goes and how it is signed.
 struct HttpTarget {
@@ -106,6 +112,12 @@ class HttpClient {
   /// One request with retries: fills out[0, n) from offset; returns bytes received (< out.size()
   /// only for a request with unknown size whose object ends sooner).
   uint64_t fetch(const HttpTarget& t, uint64_t offset, std::span<std::byte> out, ObjectInfo* pinned, ObjectInfo& seen);
+  /// After an attempt the verdict `v` refused: its reason redacted (it may quote the server: never a
+  /// credential it echoes); a verdict that is not retried thrown; else a full-jitter backoff
+  /// (Retry-After honoured) slept and counted, or Error{exhausted} when attempts or time run out.
+  void retry_or_throw(const HttpTarget& t, http::Verdict& v, int attempt,
+                      std::chrono::time_point<std::chrono::steady_clock, std::chrono::duration<double>> deadline,
+                      ErrorKind exhausted);
   void* acquire();
   void give_back(void* h) noexcept;
 
