@@ -19,6 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include <catch2/catch.hpp>
+
+#include "ctstream/ctstream.hpp"
 #include "helpers.hpp"
 
 extern char** environ;
@@ -165,4 +168,24 @@ struct S3Env {
   }
 };
 
+/// Every tensor of `local` decodes from `remote` (the same checkpoint served over HTTP) to the same
+/// bytes, in its natural dtype.
+inline void check_same_decodes(const ctstream::Checkpoint& local, const ctstream::Checkpoint& remote) {
+  for (const auto& t : local.tensors()) {
+    INFO(t.name);
+    const auto* r = remote.find(t.name);
+    REQUIRE(r != nullptr);
+    REQUIRE(r->dtype == t.dtype);
+    std::vector<std::byte> want(t.decoded_bytes(t.dtype)), got(want.size());
+    local.decode_into(t, want, t.dtype);
+    remote.decode_into(*r, got, r->dtype);
+    CHECK(got == want);
+  }
+}
+
 }  // namespace th
+
+/// The rclone-backed tests: the process's S3 server, or a SKIP naming why there is none.
+#define REQUIRE_S3(server)                    \
+  th::S3Server& server = th::S3Server::get(); \
+  if (!server.why_not.empty()) REMOTE_SKIP(server.why_not);

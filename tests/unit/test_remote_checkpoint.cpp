@@ -87,10 +87,6 @@ void th::copy_remote_fixtures(const fs::path& bucket) {
   write_gen_model(bucket / "ck" / "gen");
 }
 
-#define REQUIRE_S3(server)                    \
-  th::S3Server& server = th::S3Server::get(); \
-  if (!server.why_not.empty()) REMOTE_SKIP(server.why_not);
-
 TEST_CASE("remote: every tensor decoded from s3:// equals the local decode", "[remote][s3]") {
   REQUIRE_S3(srv);
   th::S3Env env(srv);
@@ -100,16 +96,7 @@ TEST_CASE("remote: every tensor decoded from s3:// equals the local decode", "[r
     const Checkpoint remote = Checkpoint::open(std::string("s3://bkt/ck/") + name);
     REQUIRE(remote.tensors().size() == local.tensors().size());
     CHECK(remote.config_json() == local.config_json());
-    for (const auto& t : local.tensors()) {
-      INFO(t.name);
-      const auto* r = remote.find(t.name);
-      REQUIRE(r != nullptr);
-      REQUIRE(r->dtype == t.dtype);
-      std::vector<std::byte> want(t.decoded_bytes(t.dtype)), got(want.size());
-      local.decode_into(t, want, t.dtype);
-      remote.decode_into(*r, got, r->dtype);
-      CHECK(got == want);
-    }
+    th::check_same_decodes(local, remote);
   }
   // A single file named directly.
   const Checkpoint one = Checkpoint::open("s3://bkt/ck/ct/v012_pack_w4_g32_sym_bf16/model.safetensors");

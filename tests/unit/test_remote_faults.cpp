@@ -160,15 +160,7 @@ TEST_CASE("remote faults: a checkpoint read through faults decodes equal, or nam
   // One dropped connection per shard read: retried, resumed, equal.
   proxy.arm("drop,bytes=0,times=3,path=safetensors$");
   const uint64_t retries0 = client.stats().retries;
-  for (const auto& t : local.tensors()) {
-    INFO(t.name);
-    const auto* r = remote.find(t.name);
-    REQUIRE(r != nullptr);
-    std::vector<std::byte> want(t.decoded_bytes(t.dtype)), got(want.size());
-    local.decode_into(t, want, t.dtype);
-    remote.decode_into(*r, got, r->dtype);
-    CHECK(got == want);
-  }
+  th::check_same_decodes(local, remote);
   CHECK(client.stats().retries - retries0 == 3);
   CHECK_THAT(proxy.control("stats"), Catch::Contains("faults=3"));
   // Every attempt dropped: the error names the object (no credentials) and the tensor.

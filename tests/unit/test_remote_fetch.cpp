@@ -35,10 +35,6 @@ void th::S3Server::populate(const fs::path& bucket) {
   th::copy_remote_fixtures(bucket);
 }
 
-#define REQUIRE_S3(server)                    \
-  th::S3Server& server = th::S3Server::get(); \
-  if (!server.why_not.empty()) REMOTE_SKIP(server.why_not);
-
 namespace {
 ctstream::io::HttpOptions fast() {
   ctstream::io::HttpOptions o;

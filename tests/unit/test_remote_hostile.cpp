@@ -126,14 +126,7 @@ TEST_CASE("remote: Checkpoint::open on an http:// URL (no S3, no signing)", "[re
     const auto local = ctstream::Checkpoint::open(th::fixtures() / name);
     const auto remote = ctstream::Checkpoint::open(base + name);
     REQUIRE(remote.tensors().size() == local.tensors().size());
-    for (const auto& t : local.tensors()) {
-      const auto* r = remote.find(t.name);
-      REQUIRE(r != nullptr);
-      std::vector<std::byte> want(t.decoded_bytes(t.dtype)), got(want.size());
-      local.decode_into(t, want, t.dtype);
-      remote.decode_into(*r, got, r->dtype);
-      CHECK(got == want);
-    }
+    th::check_same_decodes(local, remote);
   }
   CHECK(th::error_kind([&] { ctstream::Checkpoint::open(base + "nothing/here"); }) == ErrorKind::file_not_found);
 }

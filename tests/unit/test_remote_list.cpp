@@ -98,10 +98,6 @@ TEST_CASE("remote list: malformed pages are refused, bounded", "[remote][list]")
              Catch::Contains("larger than"));
 }
 
-#define REQUIRE_S3(server)                    \
-  th::S3Server& server = th::S3Server::get(); \
-  if (!server.why_not.empty()) REMOTE_SKIP(server.why_not);
-
 TEST_CASE("remote list: a prefix is listed page by page through continuation tokens", "[remote][list][s3]") {
   REQUIRE_S3(srv);
   th::S3Env env(srv);
@@ -137,15 +133,7 @@ TEST_CASE("remote list: shards found by listing equal the local discovery", "[re
       CHECK(remote.files()[i].string() == "s3://bkt/" + std::string(name) + "/" + local.files()[i].filename().string());
     REQUIRE(remote.tensors().size() == local.tensors().size());
     CHECK(remote.config_json() == local.config_json());
-    for (const auto& t : local.tensors()) {
-      INFO(t.name);
-      const auto* r = remote.find(t.name);
-      REQUIRE(r != nullptr);
-      std::vector<std::byte> want(t.decoded_bytes(t.dtype)), got(want.size());
-      local.decode_into(t, want, t.dtype);
-      remote.decode_into(*r, got, r->dtype);
-      CHECK(got == want);
-    }
+    th::check_same_decodes(local, remote);
   }
   CHECK(Checkpoint::open(root / "ck/listing/noindex").files().size() > 1);
 }
