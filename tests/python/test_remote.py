@@ -6,11 +6,13 @@ never carry the secret. Skipped where no rclone binary is found (CTSTREAM_RCLONE
 PATH), or where this ctstream was built without remote support."""
 import os
 import shutil
-import socket
 import subprocess
-import time
+import sys
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "remote"))
+import servers  # noqa: E402 - tests/remote/servers.py
 
 ctstream = pytest.importorskip("ctstream")
 np = pytest.importorskip("numpy")
@@ -30,64 +32,34 @@ CASES = {
 KEY, SECRET = "AKIACTSTREAMTESTKEY0", "ctstream-test-secret-do-not-print-0123"
 
 
-def _rclone():
-    for c in (os.environ.get("CTSTREAM_RCLONE"), os.path.join(ROOT, ".venv", "bin", "rclone"), shutil.which("rclone")):
-        if c and os.access(c, os.X_OK):
-            return c
-    return None
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    exe = _rclone()
-    if exe is None:
-        pytest.skip("rclone not found (set CTSTREAM_RCLONE or run tools/setup_python.sh)")
     root = tmp_path_factory.mktemp("s3root")
     for name, src in CASES.items():
         shutil.copytree(src, root / "bkt" / name, ignore=shutil.ignore_patterns("expected", "*.txt"))
-    port = _free_port()
-    proc = subprocess.Popen([exe, "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", f"{KEY},{SECRET}",
-                             str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
+    with servers.rclone_serve("s3", root, f"{KEY},{SECRET}") as port:
+        empty = root / "aws_empty"  # no profile of the user's own ~/.aws may take part
+        empty.write_text("")
+        env = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+               "AWS_REGION": "us-east-1", "AWS_CONFIG_FILE": str(empty), "AWS_SHARED_CREDENTIALS_FILE": str(empty)}
+        saved = {k: os.environ.get(k) for k in list(env) + ["AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"]}
+        for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+            os.environ.pop(k, None)
+        os.environ.update(env)
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("rclone serve s3 did not start")
-            time.sleep(0.1)
-    empty = root / "aws_empty"  # no profile of the user's own ~/.aws may take part
-    empty.write_text("")
-    env = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-           "AWS_REGION": "us-east-1", "AWS_CONFIG_FILE": str(empty), "AWS_SHARED_CREDENTIALS_FILE": str(empty)}
-    saved = {k: os.environ.get(k) for k in list(env) + ["AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"]}
-    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
-        os.environ.pop(k, None)
-    os.environ.update(env)
-    try:
-        try:
-            ctstream.open("s3://bkt/pack").close()
-        except ctstream.Error as e:
-            if e.kind == "unsupported" and "CTSTREAM_REMOTE" in str(e):
-                pytest.skip(str(e))
-            raise
-        yield port
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        proc.kill()
-        proc.wait()
+            try:
+                ctstream.open("s3://bkt/pack").close()
+            except ctstream.Error as e:
+                if e.kind == "unsupported" and "CTSTREAM_REMOTE" in str(e):
+                    pytest.skip(str(e))
+                raise
+            yield port
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -267,23 +239,8 @@ def web(s3, tmp_path_factory):
     root = tmp_path_factory.mktemp("webroot")
     for name in ("pack", "cls"):
         shutil.copytree(CASES[name], root / name, ignore=shutil.ignore_patterns("expected", "*.txt"))
-    port = _free_port()
-    proc = subprocess.Popen([_rclone(), "serve", "http", "--addr", f"127.0.0.1:{port}", str(root)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail("rclone serve http did not start")
-                time.sleep(0.1)
+    with servers.rclone_serve("http", root) as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_http_url_open_and_pull(web, tmp_path):

@@ -9,14 +9,15 @@ repr, attributes), in stdout/stderr, or in `--json` output."""
 import http.server
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
-import time
 from xml.sax.saxutils import escape
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "remote"))
+import servers  # noqa: E402 - tests/remote/servers.py
 
 ctstream = pytest.importorskip("ctstream")
 
@@ -24,31 +25,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PACK = os.path.join(ROOT, "tests", "fixtures", "ct", "v012_pack_w4_g32_sym_bf16")
 KEY, SECRET, TOKEN = "AKIASENTINELKEY77777", "sentinel-secret-value-77777", "sentinel-session-token-77777"
 SENTINELS = (KEY, SECRET, TOKEN)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rclone():
-    for c in (os.environ.get("CTSTREAM_RCLONE"), os.path.join(ROOT, ".venv", "bin", "rclone"), shutil.which("rclone")):
-        if c and os.access(c, os.X_OK):
-            return c
-    return None
-
-
-def _wait_port(port, proc=None):
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
-                pytest.fail("server did not start")
-            time.sleep(0.1)
 
 
 class _Echo(http.server.BaseHTTPRequestHandler):
@@ -88,28 +64,21 @@ class _Echo(http.server.BaseHTTPRequestHandler):
 def server(request, tmp_path_factory):
     """(endpoint, expected C ABI status) for one refusing server."""
     kind = request.param
-    proc = httpd = None
-    port = _free_port()
     if kind == "denied":
-        exe = _rclone()
-        if exe is None:
-            pytest.skip("rclone not found (set CTSTREAM_RCLONE or run tools/setup_python.sh)")
         root = tmp_path_factory.mktemp("s3deny")
         shutil.copytree(PACK, root / "bkt" / "pack")
-        proc = subprocess.Popen([exe, "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key",
-                                 "AKIAOTHERKEY00000000,other-secret-0000000000", str(root)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_port(port, proc)
-    elif kind.startswith("echo"):
+        with servers.rclone_serve("s3", root, "AKIAOTHERKEY00000000,other-secret-0000000000") as port:
+            yield f"http://127.0.0.1:{port}"
+        return
+    httpd = None
+    port = servers.free_port()
+    if kind.startswith("echo"):
         handler = type("Echo", (_Echo,), {"status": int(kind[4:])})
         httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        if proc is not None:
-            proc.kill()
-            proc.wait()
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()

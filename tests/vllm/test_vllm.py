@@ -24,12 +24,12 @@ Llama and its compressed versions (make_models.py). Each engine run is its own p
 
 Run with the vLLM venv's python: tests/vllm/run.sh (tools/run_tests.sh calls it).
 """
+import contextlib
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -41,6 +41,8 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLI = os.environ.get("CTSTREAM_CLI")
 RUN = [sys.executable, os.path.join(HERE, "run_llm.py")]
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
+import servers  # noqa: E402 - tests/remote/servers.py
 
 
 @pytest.fixture(scope="session")
@@ -293,22 +295,15 @@ def test_readme_example_runs(models):
     assert line[-1] == f"tokens: {want}"
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.mark.xdist_group("dense")
-def test_vllm_serve(models):
+@contextlib.contextmanager
+def _vllm_serve(model, args, env):
+    """`vllm serve MODEL --load-format ctstream ARGS` in its own process group, up (its /health
+    answers) within 240 s; yields its port; stopped (SIGTERM, then SIGKILL after 30 s) on exit."""
     vllm = os.path.join(os.path.dirname(sys.executable), "vllm")
-    port = _free_port()
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
+    port = servers.free_port()
     srv = subprocess.Popen(
-        [vllm, "serve", str(models / "sparse"), "--load-format", "ctstream", "--host", "127.0.0.1", "--port", str(port),
-         "--skip-tokenizer-init", "--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "128",
-         "--served-model-name", "tiny", "--seed", "0",
-         "--model-loader-extra-config", '{"threads": 1, "budget": "64MB", "io": "pread"}'],
+        [vllm, "serve", model, "--load-format", "ctstream", "--host", "127.0.0.1", "--port", str(port),
+         "--skip-tokenizer-init", "--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "128", *args],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         deadline = time.time() + 240
@@ -322,15 +317,7 @@ def test_vllm_serve(models):
                 time.sleep(1)
         else:
             pytest.fail("vllm serve did not come up in 240 s")
-        from run_llm import PROMPTS  # noqa: E402 - same prompts as the offline runs
-
-        body = json.dumps({"model": "tiny", "prompt": PROMPTS, "max_tokens": 8, "temperature": 0, "logprobs": 1,
-                           "return_tokens_as_token_ids": True, "return_token_ids": True}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-        resp = json.loads(urllib.request.urlopen(req, timeout=120).read())
-        got = [c["token_ids"] for c in sorted(resp["choices"], key=lambda c: c["index"])]
-        assert got == [o["tokens"] for o in reference(models, "dense")]
+        yield port
     finally:
         os.killpg(srv.pid, signal.SIGTERM)
         try:
@@ -339,50 +326,46 @@ def test_vllm_serve(models):
             os.killpg(srv.pid, signal.SIGKILL)
 
 
+def _completions(port, model):
+    """The greedy completions of run_llm's PROMPTS from the server, with token ids and logprobs,
+    in prompt order."""
+    from run_llm import PROMPTS  # noqa: E402 - same prompts as the offline runs
+
+    body = json.dumps({"model": model, "prompt": PROMPTS, "max_tokens": 8, "temperature": 0, "logprobs": 1,
+                       "return_tokens_as_token_ids": True, "return_token_ids": True}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    resp = json.loads(urllib.request.urlopen(req, timeout=120).read())
+    return sorted(resp["choices"], key=lambda c: c["index"])
+
+
+@pytest.mark.xdist_group("dense")
+def test_vllm_serve(models):
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
+    with _vllm_serve(str(models / "sparse"),
+                     ["--served-model-name", "tiny", "--seed", "0",
+                      "--model-loader-extra-config", '{"threads": 1, "budget": "64MB", "io": "pread"}'], env) as port:
+        got = [c["token_ids"] for c in _completions(port, "tiny")]
+        assert got == [o["tokens"] for o in reference(models, "dense")]
+
+
 # ---- object storage (docs/design/object_storage.md section 2.3) ---------------------------------
 
 S3_KEY, S3_SECRET = "AKIACTSTREAMVLLMKEY0", "ctstream-vllm-secret-do-not-print-0"
 
 
-def _rclone():
-    root = os.path.join(HERE, "..", "..")
-    for c in (os.environ.get("CTSTREAM_RCLONE"), os.path.join(root, ".venv", "bin", "rclone"),
-              shutil.which("rclone")):
-        if c and os.access(c, os.X_OK):
-            return c
-    return None
-
-
 @pytest.fixture(scope="module")
 def s3_int4(models, tmp_path_factory):
     """models/int4 served over S3 as s3://bkt/int4; yields the AWS_* environment of a client."""
-    exe = _rclone()
-    if exe is None:
-        pytest.skip("rclone not found (set CTSTREAM_RCLONE or run tools/setup_python.sh)")
     root = tmp_path_factory.mktemp("s3root")
     shutil.copytree(models / "int4", root / "bkt" / "int4")
     empty = root / "aws_empty"
     empty.write_text("")
-    port = _free_port()
-    proc = subprocess.Popen([exe, "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", f"{S3_KEY},{S3_SECRET}",
-                             str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    pytest.fail("rclone serve s3 did not start")
-                time.sleep(0.1)
+    with servers.rclone_serve("s3", root, f"{S3_KEY},{S3_SECRET}") as port:
         yield {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET, "AWS_SESSION_TOKEN": None,
                "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ENDPOINT_URL_S3": None, "AWS_REGION": "us-east-1",
                "AWS_PROFILE": None, "AWS_CONFIG_FILE": str(empty), "AWS_SHARED_CREDENTIALS_FILE": str(empty),
                "VLLM_ASSETS_CACHE": str(root / "vllm_cache")}
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.mark.xdist_group("int4")
@@ -418,41 +401,11 @@ def test_vllm_serve_an_s3_url(models, s3_int4):
     # the chosen tokens' logprobs (run_llm asks for logprobs=1: the greedy token is among them)
     want_lp = [[lp[str(t)] for t, lp in zip(o["tokens"], o["logprobs"])] for o in ref]
     url = "s3://bkt/int4"
-    vport = _free_port()
-    vllm = os.path.join(os.path.dirname(sys.executable), "vllm")
     env = {k: v for k, v in dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", **s3_int4).items() if v is not None}
-    srv = subprocess.Popen(
-        [vllm, "serve", url, "--load-format", "ctstream", "--host", "127.0.0.1", "--port", str(vport),
-         "--skip-tokenizer-init", "--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "128", "--seed", "0"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline:
-            if srv.poll() is not None:
-                pytest.fail("vllm serve exited:\n" + srv.stdout.read()[-4000:])
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{vport}/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(1)
-        else:
-            pytest.fail("vllm serve did not come up in 240 s")
-        from run_llm import PROMPTS  # noqa: E402 - same prompts as the offline runs
-
-        body = json.dumps({"model": url, "prompt": PROMPTS, "max_tokens": 8, "temperature": 0, "logprobs": 1,
-                           "return_tokens_as_token_ids": True, "return_token_ids": True}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{vport}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-        resp = json.loads(urllib.request.urlopen(req, timeout=120).read())
-        choices = sorted(resp["choices"], key=lambda c: c["index"])
+    with _vllm_serve(url, ["--seed", "0"], env) as port:
+        choices = _completions(port, url)
         assert [c["token_ids"] for c in choices] == want
         assert [c["logprobs"]["token_logprobs"] for c in choices] == want_lp
-    finally:
-        os.killpg(srv.pid, signal.SIGTERM)
-        try:
-            srv.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(srv.pid, signal.SIGKILL)
     import hashlib
 
     pulled = os.path.join(s3_int4["VLLM_ASSETS_CACHE"], "ctstream", hashlib.sha256(url.encode()).hexdigest()[:8])
