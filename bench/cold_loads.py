@@ -22,19 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-
-def files_of(d: Path):
-    return sorted(d.glob("*.safetensors"))
-
-
-def evict(paths):
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+from e2e import evict, st_files  # the same eviction and file set as the end-to-end bench
 
 
 def dd_seconds(paths, direct: bool) -> float:
@@ -51,7 +39,7 @@ def dd_seconds(paths, direct: bool) -> float:
 def ct_load(binary, model, threads, cold, repeat=1) -> float:
     cmd = [binary, "bench", str(model), "--json", "--threads", str(threads), "--repeat", str(repeat)]
     if cold:
-        evict(files_of(model))
+        evict(st_files(model))
         cmd.append("--cold")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)["load_seconds"]
@@ -74,7 +62,7 @@ def main():
           "cold / max(read, warm) |")
     print("|---|---|---|---|---|---|---|---|")
     for model in a.models:
-        paths = files_of(model)
+        paths = st_files(model)
         mib = sum(p.stat().st_size for p in paths) / 2**20
         buffered = min(dd_seconds(paths, False) for _ in range(a.runs))
         direct = min(dd_seconds(paths, True) for _ in range(a.runs))
