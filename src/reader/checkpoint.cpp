@@ -261,33 +261,37 @@ namespace {
 void note_read(const Checkpoint::Impl& ck, const TensorInfo& t) {
   constexpr uint64_t kLargeDense = 1ull << 20;
   if (t.format == Format::dense) return;  // its own stream only
-  const std::less<const TensorInfo*> before;
-  const bool mine =
-      !ck.tensors.empty() && !before(&t, ck.tensors.data()) && before(&t, ck.tensors.data() + ck.tensors.size());
-  const size_t i = mine ? static_cast<size_t>(&t - ck.tensors.data()) : SIZE_MAX;
+  const size_t i = ck.index_of(t);
+  const bool mine = i != SIZE_MAX;
   const size_t prev = ck.last_decoded.exchange(i, std::memory_order_relaxed);
   // In order: the next tensor, or one of a few after it (a Stream's workers decode a batch at once).
   const bool in_order = mine && ck.opt.order == Order::file && (prev == SIZE_MAX ? i == 0 : i > prev && i - prev <= 4);
   // Every part's own range (a tensor's parts need not be adjacent: the library's writer orders a
   // file by dtype, so all the int32 codes come before all the bf16 scales), then the parts of the
   // tensors after it, merged where they touch.
-  std::vector<TensorPart> parts(t.parts.begin(), t.parts.end());
+  struct Range {
+    uint32_t file;
+    uint64_t lo, hi;
+  };
+  std::vector<Range> ranges;  // (file, offset, end) of the parts: no copies of their names and shapes
+  const auto add = [&](const TensorInfo& x) {
+    for (const TensorPart& p : x.parts) ranges.push_back({p.file, p.offset, p.offset + p.nbytes});
+  };
+  add(t);
   uint64_t ahead = 0;
   if (in_order)
     for (size_t j = i + 1; j < ck.tensors.size() && ahead < io::ReadAhead::kAheadBytes; ++j) {
       const TensorInfo& n = ck.tensors[j];
       if (n.format == Format::dense && n.stored_bytes() >= kLargeDense) break;
-      parts.insert(parts.end(), n.parts.begin(), n.parts.end());
+      add(n);
       ahead += n.stored_bytes();
     }
-  std::sort(parts.begin(), parts.end(), [](const TensorPart& a, const TensorPart& b) {
-    return std::tie(a.file, a.offset) < std::tie(b.file, b.offset);
-  });
-  for (size_t k = 0; k < parts.size();) {
-    const uint32_t file = parts[k].file;
-    uint64_t lo = parts[k].offset, hi = lo + parts[k].nbytes;
-    for (++k; k < parts.size() && parts[k].file == file && parts[k].offset <= hi; ++k)
-      hi = std::max(hi, parts[k].offset + parts[k].nbytes);
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return std::tie(a.file, a.lo) < std::tie(b.file, b.lo); });
+  for (size_t k = 0; k < ranges.size();) {
+    const uint32_t file = ranges[k].file;
+    uint64_t lo = ranges[k].lo, hi = ranges[k].hi;
+    for (++k; k < ranges.size() && ranges[k].file == file && ranges[k].lo <= hi; ++k) hi = std::max(hi, ranges[k].hi);
     if (file < ck.files.size()) ck.read_ahead.advise(*ck.files[file], file, lo, hi);  // else: refused by the decode
   }
 }

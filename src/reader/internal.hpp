@@ -50,12 +50,18 @@ struct Checkpoint::Impl {
   mutable io::ReadAhead read_ahead;
   mutable std::atomic<size_t> last_decoded{SIZE_MAX};  // tensors[] index of the last whole decode (note_read)
 
-  /// The decode plan of `t`: the cached one for a tensor of this checkpoint, else one built into
-  /// `own` (a TensorInfo copied out, a low-rank weight's factor).
-  const reader::DecodePlan& plan(const TensorInfo& t, reader::DecodePlan& own) const {
+  /// The index of `t` in `tensors` when it is one of them (not a TensorInfo copied out, nor a
+  /// low-rank weight's factor), else SIZE_MAX.
+  size_t index_of(const TensorInfo& t) const {
     const std::less<const TensorInfo*> before;
     if (!tensors.empty() && !before(&t, tensors.data()) && before(&t, tensors.data() + tensors.size()))
-      return plans[static_cast<size_t>(&t - tensors.data())];
+      return static_cast<size_t>(&t - tensors.data());
+    return SIZE_MAX;
+  }
+  /// The decode plan of `t`: the cached one for a tensor of this checkpoint, else one built into
+  /// `own`.
+  const reader::DecodePlan& plan(const TensorInfo& t, reader::DecodePlan& own) const {
+    if (const size_t i = index_of(t); i != SIZE_MAX) return plans[i];
     own = reader::make_plan(t);
     return own;
   }
