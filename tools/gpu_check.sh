@@ -13,6 +13,11 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
+# There: the carried binaries unpacked once, their libraries first on the loader's path.
+unpack() {
+  [[ -d $here/.devpack ]] || tar -C "$here" -xzf "$here/.devpack.tgz"
+  export LD_LIBRARY_PATH=$here/.devpack/lib
+}
 shift || true
 case "$mode" in
 pack)
@@ -36,8 +41,7 @@ pack)
 run)
   out=${OUT:-/tmp/gpu_out}
   mkdir -p "$out"
-  [[ -d $here/.devpack ]] || tar -C "$here" -xzf "$here/.devpack.tgz"
-  export LD_LIBRARY_PATH=$here/.devpack/lib
+  unpack
   fx=$(cat "$here/.devpack/fixtures_path")
   if [[ ! -e $fx ]]; then
     root=$(dirname "$(dirname "$fx")")  # <checkout>/tests/fixtures -> <checkout>
@@ -64,8 +68,7 @@ kernels)
   # ctstream_bench_kernels* in .devpack/bin (e.g. a _before copy for an A/B), the AVX-512 rows.
   out=${OUT:-/tmp/gpu_out}
   mkdir -p "$out"
-  [[ -d $here/.devpack ]] || tar -C "$here" -xzf "$here/.devpack.tgz"
-  export LD_LIBRARY_PATH=$here/.devpack/lib
+  unpack
   lscpu | grep -E 'Model name|^CPU\(s\)|Thread|L3' || true
   cpus=$(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -u | head -2 | cut -d, -f1 | paste -sd,)
   echo "pinned to CPUs $cpus (distinct cores)"
