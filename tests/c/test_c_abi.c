@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "decode.h"
 
 static int is_nan(ctstream_dtype d, const unsigned char* p) {
   if (d == CTSTREAM_F32) {
@@ -39,18 +40,6 @@ static int same_values(ctstream_dtype d, const unsigned char* a, const unsigned 
   return 1;
 }
 
-static unsigned char* decode_alloc(ctstream_checkpoint* ck, const char* name, ctstream_dtype d, const ctstream_slice* s,
-                                   uint64_t* bytes) {
-  *bytes = 0;
-  if (ctstream_decoded_size(ck, name, d, s, bytes) != CTSTREAM_OK) return NULL;
-  unsigned char* buf = malloc(*bytes ? *bytes : 1);
-  uint64_t written = 0;
-  if (ctstream_decode_into(ck, name, buf, *bytes, d, s, &written) != CTSTREAM_OK || written != *bytes) {
-    free(buf);
-    return NULL;
-  }
-  return buf;
-}
 
 /* Every tensor of expected/<ref> equals ctstream's decode of the case in that dtype. */
 static void compare_case(const char* dir, const char* ref_name, ctstream_io_mode io, const char* classes_json) {

@@ -16,19 +16,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "decode.h"
 
-static unsigned char* decode_alloc(ctstream_checkpoint* ck, const char* name, ctstream_dtype d, const ctstream_slice* s,
-                                   uint64_t* bytes) {
-  *bytes = 0;
-  if (ctstream_decoded_size(ck, name, d, s, bytes) != CTSTREAM_OK) return NULL;
-  unsigned char* buf = malloc(*bytes ? *bytes : 1);
-  uint64_t written = 0;
-  if (ctstream_decode_into(ck, name, buf, *bytes, d, s, &written) != CTSTREAM_OK || written != *bytes) {
-    free(buf);
-    return NULL;
-  }
-  return buf;
-}
 
 static int same(const char* url, const char* local) {
   ctstream_checkpoint *rk = NULL, *lk = NULL;
