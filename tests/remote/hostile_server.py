@@ -77,12 +77,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body)
             return
         if mode == "slowdown_once" and n == 0:
-            err = b"<Error><Code>SlowDown</Code><Message>Reduce your request rate</Message></Error>"
-            self.send_response(503)
-            self.send_header("Retry-After", "0")
-            self.send_header("Content-Length", str(len(err)))
-            self.end_headers()
-            self.wfile.write(err)
+            self.slowdown()
             return
         if mode == "ignore_range":
             self.send_response(200)
@@ -118,6 +113,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         self.wfile.write(body)
 
+
+    def slowdown(self):
+        """503 SlowDown, Retry-After 0 (S3's throttling answer)."""
+        err = b"<Error><Code>SlowDown</Code><Message>Reduce your request rate</Message></Error>"
+        self.send_response(503)
+        self.send_header("Retry-After", "0")
+        self.send_header("Content-Length", str(len(err)))
+        self.end_headers()
+        self.wfile.write(err)
 
     def hostile(self, mode, a, b, body):
         if mode == "stall":  # the head, then nothing: the client's low-speed timeout must fire
@@ -169,12 +173,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if mode == "slowdown_forever":
-            err = b"<Error><Code>SlowDown</Code><Message>Reduce your request rate</Message></Error>"
-            self.send_response(503)
-            self.send_header("Retry-After", "0")
-            self.send_header("Content-Length", str(len(err)))
-            self.end_headers()
-            self.wfile.write(err)
+            self.slowdown()
             return
         if mode in ("cr_negative", "cr_overflow"):
             self.send_response(206)
