@@ -40,7 +40,6 @@ static int same_values(ctstream_dtype d, const unsigned char* a, const unsigned 
   return 1;
 }
 
-
 /* Every tensor of expected/<ref> equals ctstream's decode of the case in that dtype. */
 static void compare_case(const char* dir, const char* ref_name, ctstream_io_mode io, const char* classes_json) {
   char path[8192];

@@ -18,7 +18,6 @@
 #include "check.h"
 #include "decode.h"
 
-
 static int same(const char* url, const char* local) {
   ctstream_checkpoint *rk = NULL, *lk = NULL;
   int rc = ctstream_open(url, NULL, &rk);
