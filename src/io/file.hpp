@@ -23,6 +23,25 @@ struct FileIdentity {
   uint64_t device = 0, inode = 0;
 };
 
+/// How the read schedule (reader/read_schedule.hpp) asks a source for bytes ahead of the decodes:
+/// the one place where a local file and a remote object differ in it.
+struct AheadPolicy {
+  /// Stored bytes of the tensors after a decode that are asked for while decodes walk an order.
+  uint64_t window = 32ull << 20;
+  /// Two ranges of a decode closer than this are asked for (and fetched) as one.
+  uint64_t coalesce_gap = 0;
+  /// The source reads a long contiguous copy ahead by itself -- a local file: the kernel's
+  /// readahead follows a dense tensor's populate / pread stream -- so dense tensors are left to it
+  /// and the look-ahead stops before a large one (a second stream of advice over the same pages
+  /// measured slower: bench/RESULTS.md, "Cold loads").
+  bool streams_dense = true;
+  /// Whole decodes that follow each other in file order are taken to go on in it (a plain loop
+  /// over the tensors) and read ahead. A wrong guess costs a local file some page cache; a remote
+  /// cache would hold the bytes until the checkpoint closes, so there only a Stream, which states
+  /// its order, reads ahead.
+  bool guess_order = true;
+};
+
 class File {
  public:
   /// Opens `path` read-only; mmap mode maps the whole file (an empty file maps nothing).
@@ -59,6 +78,8 @@ class File {
   /// `drop_cache`, evict them from the page cache too (cold-start benchmarks; it costs other
   /// readers of the same file, e.g. tensor-parallel ranks, a re-read).
   virtual void release(uint64_t offset, uint64_t n, bool drop_cache) const noexcept = 0;
+  /// How the read schedule reads this file ahead (local files: the defaults).
+  virtual AheadPolicy ahead_policy() const noexcept { return {}; }
 
  protected:
   File(std::string path, uint64_t size, Mode mode) : path_(std::move(path)), size_(size), mode_(mode) {}

@@ -1,14 +1,13 @@
 // io — read-ahead for cold local files, on a thread of its own (issue 30).
 //
-// The reader says which byte ranges its decodes will read next (reader/checkpoint.cpp
-// note_read: the tensor it is about to decode and, when decodes walk the file in order, the
-// tensors after it up to kAheadBytes); ReadAhead advises the kernel to read them
+// The reader's read schedule (reader/read_schedule.hpp) says which byte ranges of a local file its
+// decodes will read next; ReadAhead advises the kernel to read them
 // (POSIX_FADV_WILLNEED / MADV_WILLNEED, in kPieceBytes pieces: the kernel reads at most
 // read_ahead_kb of one advice and drops the rest) on its worker thread. Filling the page cache
 // costs CPU time that would otherwise be the decoding threads', and several threads' interleaved
 // preads defeat the kernel's own per-file sequential detection. Bytes already advised (the last
-// kKeptIntervals merged intervals per file) are not advised again. Remote files schedule their own
-// fetches; in a fork()ed child nothing is advised (no thread).
+// kKeptIntervals merged intervals per file) are not advised again. Remote files fetch ahead
+// themselves (io::RemoteFile::will_need); in a fork()ed child nothing is advised (no thread).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -19,7 +18,6 @@ namespace ctstream::io {
 
 class ReadAhead {
  public:
-  static constexpr uint64_t kAheadBytes = 32ull << 20;
   static constexpr uint64_t kPieceBytes = 4ull << 20;
 
   ReadAhead();

@@ -60,6 +60,11 @@ class RemoteFile final : public File {
   void will_need(uint64_t offset, uint64_t n) const noexcept override;
   void populate(uint64_t, uint64_t) const noexcept override {}
   void release(uint64_t offset, uint64_t n, bool drop_cache) const noexcept override;
+  /// The cache's cap is the window (what fits is fetched; the rest is asked for again as decodes
+  /// free it); every tensor is fetched ahead, dense ones too: no kernel reads ahead of a socket.
+  AheadPolicy ahead_policy() const noexcept override {
+    return {cache_opt_.prefetch_bytes, cache_opt_.coalesce_gap, false, false};
+  }
 
   /// Bytes held by the cache (fetched or in flight) now, and the most it ever held.
   uint64_t cached_bytes() const;

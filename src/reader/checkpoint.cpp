@@ -15,6 +15,7 @@
 #include "format/shards.hpp"
 #include "io/url.hpp"
 #include "reader/internal.hpp"
+#include "reader/read_schedule.hpp"
 #include "reader/rows.hpp"
 #ifdef CTSTREAM_HAVE_REMOTE
 #include "io/remote_file.hpp"
@@ -249,54 +250,6 @@ const TensorInfo& Checkpoint::at(std::string_view name) const {
               "no such tensor in the checkpoint");
 }
 
-namespace {
-// What a whole-tensor decode tells the checkpoint's read-ahead (io/read_ahead.hpp): the bytes it
-// is about to read and, when decodes walk the checkpoint in file order (this tensor follows the one
-// decoded before it), those of the tensors after it in the same file, up to kAheadBytes: the disk
-// reads them while this one decodes. Dense tensors are left out, and the look-ahead stops before a
-// large one: their copy populates the mapping in one call (MADV_POPULATE_READ), a sequential
-// stream the kernel reads ahead itself, which a second stream of advice over the same bytes only
-// slowed (bench/RESULTS.md, "Cold loads"). Slices are left out: a tensor-parallel rank must not
-// pull in its neighbours' bytes.
-void note_read(const Checkpoint::Impl& ck, const TensorInfo& t) {
-  constexpr uint64_t kLargeDense = 1ull << 20;
-  if (t.format == Format::dense) return;  // its own stream only
-  const size_t i = ck.index_of(t);
-  const bool mine = i != SIZE_MAX;
-  const size_t prev = ck.last_decoded.exchange(i, std::memory_order_relaxed);
-  // In order: the next tensor, or one of a few after it (a Stream's workers decode a batch at once).
-  const bool in_order = mine && ck.opt.order == Order::file && (prev == SIZE_MAX ? i == 0 : i > prev && i - prev <= 4);
-  // Every part's own range (a tensor's parts need not be adjacent: the library's writer orders a
-  // file by dtype, so all the int32 codes come before all the bf16 scales), then the parts of the
-  // tensors after it, merged where they touch.
-  struct Range {
-    uint32_t file;
-    uint64_t lo, hi;
-  };
-  std::vector<Range> ranges;  // (file, offset, end) of the parts: no copies of their names and shapes
-  const auto add = [&](const TensorInfo& x) {
-    for (const TensorPart& p : x.parts) ranges.push_back({p.file, p.offset, p.offset + p.nbytes});
-  };
-  add(t);
-  uint64_t ahead = 0;
-  if (in_order)
-    for (size_t j = i + 1; j < ck.tensors.size() && ahead < io::ReadAhead::kAheadBytes; ++j) {
-      const TensorInfo& n = ck.tensors[j];
-      if (n.format == Format::dense && n.stored_bytes() >= kLargeDense) break;
-      add(n);
-      ahead += n.stored_bytes();
-    }
-  std::sort(ranges.begin(), ranges.end(),
-            [](const Range& a, const Range& b) { return std::tie(a.file, a.lo) < std::tie(b.file, b.lo); });
-  for (size_t k = 0; k < ranges.size();) {
-    const uint32_t file = ranges[k].file;
-    uint64_t lo = ranges[k].lo, hi = ranges[k].hi;
-    for (++k; k < ranges.size() && ranges[k].file == file && ranges[k].lo <= hi; ++k) hi = std::max(hi, ranges[k].hi);
-    if (file < ck.files.size()) ck.read_ahead.advise(*ck.files[file], file, lo, hi);  // else: refused by the decode
-  }
-}
-}  // namespace
-
 uint64_t reader::decode(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                         const std::optional<Slice>& slice) {
   DecodePlan own;
@@ -304,7 +257,6 @@ uint64_t reader::decode(const Checkpoint::Impl& ck, const TensorInfo& t, std::sp
   const SliceGeom g = slice_geometry(ck, t, slice);
   if (const std::string why = plan.refusal(out_dtype, g.sliced()); !why.empty())
     fail(ck, t, ErrorKind::unsupported, why);
-  if (!g.sliced()) note_read(ck, t);
   if (t.format == Format::dense) return decode_dense(ck, plan, out, out_dtype, g);
   if (t.format == Format::low_rank) return decode_low_rank(ck, t, out, out_dtype, g, slice);
   if (g.out_elems() == 0) return 0;  // nothing to decode: no decoder, no reads
@@ -329,42 +281,6 @@ uint64_t reader::ChunkedDecode::decode(std::span<std::byte> out, const std::opti
   const SliceGeom g = slice_geometry(ck_, t_, slice);
   if (g.out_elems() == 0) return 0;
   return run_rows(ck_, t_, out, out_, g, slice, *dec_);
-}
-
-std::vector<Checkpoint::Impl::Range> Checkpoint::Impl::remote_ranges(const TensorInfo& t,
-                                                                     const std::optional<Slice>& slice) const {
-  std::vector<Range> r;
-#ifdef CTSTREAM_HAVE_REMOTE
-  if (!remote || t.format == Format::low_rank) return r;  // factors: each decode fetches its own
-  const reader::SliceGeom g = reader::slice_geometry(*this, t, slice);
-  for (const TensorPart& p : t.parts) {
-    const auto& f = static_cast<const io::RemoteFile&>(file_of(p));
-    const uint64_t gap = f.cache_options().coalesce_gap;
-    const auto add = [&](uint64_t off, uint64_t len) {
-      if (len == 0) return;
-      if (!r.empty() && r.back().file == p.file && off >= r.back().offset + r.back().length &&
-          off - (r.back().offset + r.back().length) < gap)
-        r.back().length = off + len - r.back().offset;
-      else r.push_back({p.file, off, len});
-    };
-    const unsigned bits = dtype_bits(p.dtype);
-    if (g.sliced() && t.format == Format::dense && bits % 8 == 0 && p.nbytes == t.numel() * (bits / 8)) {
-      // The slice's runs: `len * inner` elements at each outer index.
-      const uint64_t es = bits / 8;
-      for (uint64_t o = 0; o < g.outer; ++o) add(p.offset + (o * g.dim + g.start) * g.inner * es, g.len * g.inner * es);
-    } else if (slice && slice->dim == 0 && !t.shape.empty() && t.shape[0] > 0 && !p.shape.empty() &&
-               p.shape[0] == t.shape[0] && p.nbytes % p.shape[0] == 0) {
-      // A part with one row per row of the tensor (packed weights, scales, bitmasks): its rows.
-      const uint64_t row = p.nbytes / p.shape[0];
-      add(p.offset + g.start * row, g.len * row);
-    } else {
-      add(p.offset, p.nbytes);
-    }
-  }
-#else
-  (void)t, (void)slice;
-#endif
-  return r;
 }
 
 bool reader::decode_remote_dense_blocks(const Checkpoint::Impl& ck, const TensorInfo& t,
@@ -440,26 +356,31 @@ namespace {
 uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                                  const std::optional<Slice>& slice) const {
   return detail::at_boundary(reader::file_name(*impl_, t), t.name, [&]() -> uint64_t {
-    if (!impl_->remote) return reader::decode(*impl_, t, out, out_dtype, slice);
+    // The bytes this decode reads, asked for ahead with those of the tensors after it
+    // (reader/read_schedule.hpp): the same schedule for local and remote files.
+    const std::vector<Impl::Range> own = reader::decode_ranges(*impl_, t, slice);
+    const bool whole = !reader::slice_geometry(*impl_, t, slice).sliced();
+    if (!impl_->remote) {
+      reader::schedule_decode(*impl_, t, whole, own);
+      return reader::decode(*impl_, t, out, out_dtype, slice);
+    }
+    // Remote: the decoders wait for each fetched piece in turn; the ranges are released
+    // afterwards, so compressed bytes are not read twice and the cache frees them.
     uint64_t n_blocked = 0;
-    // Remote: the ranges this decode reads are fetched ahead in large requests (bounded by each
-    // file's cache) while the decoders wait for each piece in turn, and released afterwards:
-    // compressed bytes are not read twice.
-    const std::vector<Impl::Range> ranges = impl_->remote_ranges(t, slice);
     try {
-      if (reader::decode_remote_dense_blocks(*impl_, t, ranges, out, out_dtype, slice, n_blocked)) return n_blocked;
+      if (reader::decode_remote_dense_blocks(*impl_, t, own, out, out_dtype, slice, n_blocked)) return n_blocked;
     } catch (const Error& e) {
       if (!e.tensor().empty()) throw;
       rethrow_naming(e, t.name);
     }
-    for (const auto& r : ranges) impl_->files[r.file]->will_need(r.offset, r.length);
+    reader::schedule_decode(*impl_, t, whole, own);
     struct Release {
       const Impl& ck;
       const std::vector<Impl::Range>& ranges;
       ~Release() {
         for (const auto& r : ranges) ck.files[r.file]->release(r.offset, r.length, false);
       }
-    } release{*impl_, ranges};
+    } release{*impl_, own};
     try {
       return reader::decode(*impl_, t, out, out_dtype, slice);
     } catch (const Error& e) {

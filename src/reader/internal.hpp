@@ -48,7 +48,8 @@ struct Checkpoint::Impl {
   std::vector<reader::DecodePlan> plans;  // plans[i]: tensors[i]'s, built at open
   // After `files`: destroyed first, so its thread stops before the files it advises close.
   mutable io::ReadAhead read_ahead;
-  mutable std::atomic<size_t> last_decoded{SIZE_MAX};  // tensors[] index of the last whole decode (note_read)
+  mutable std::atomic<size_t> last_decoded{
+      SIZE_MAX};  // tensors[] index of the last whole decode (reader/read_schedule.cpp)
 
   /// The index of `t` in `tensors` when it is one of them (not a TensorInfo copied out, nor a
   /// low-rank weight's factor), else SIZE_MAX.
@@ -80,14 +81,11 @@ struct Checkpoint::Impl {
   std::span<const std::byte> bytes(const TensorPart& p, uint64_t off, uint64_t n, ReadWindow& window,
                                    bool windowed = false) const;
   unsigned threads() const;
-  /// Remote files: the byte ranges a decode of `slice` of `t` reads (the rows or columns of the
-  /// slice where the layout says where they are, whole parts otherwise), two ranges joined when
-  /// the gap between them is under the file's coalesce_gap. Empty for local files.
+  /// Bytes [offset, offset + length) of files[file] (reader/read_schedule.hpp).
   struct Range {
     uint32_t file = 0;
     uint64_t offset = 0, length = 0;
   };
-  std::vector<Range> remote_ranges(const TensorInfo& t, const std::optional<Slice>& slice) const;
 };
 
 namespace reader {
@@ -134,7 +132,7 @@ uint64_t decode_low_rank(const Checkpoint::Impl& ck, const TensorInfo& t, std::s
                          const SliceGeom& g, const std::optional<Slice>& slice);
 
 /// Remote files: a dense tensor's slice of an inner dim whose byte ranges (`ranges`, from
-/// Impl::remote_ranges) pass the file's cache is decoded in blocks of outer indices, each fetched
+/// reader::decode_ranges) pass the file's cache is decoded in blocks of outer indices, each fetched
 /// ahead (coalesced) and released after; false (nothing done) when that does not apply.
 bool decode_remote_dense_blocks(const Checkpoint::Impl& ck, const TensorInfo& t,
                                 std::span<const Checkpoint::Impl::Range> ranges, std::span<std::byte> out,

@@ -6,9 +6,7 @@
 #include "core/fork.hpp"
 #include "io/memory.hpp"
 #include "reader/internal.hpp"
-#ifdef CTSTREAM_HAVE_REMOTE
-#include "io/remote_file.hpp"
-#endif
+#include "reader/read_schedule.hpp"
 
 #include <unistd.h>
 
@@ -50,9 +48,6 @@ struct Stream::Impl {
   bool stop = false;
   std::thread worker;
   const pid_t pid = ::getpid();  // the process `worker` runs in
-  // Remote checkpoints: how many stored bytes past the tensor being decoded are fetched ahead
-  // (each file's cache cap, and never more than the budget); 0 for local files.
-  uint64_t prefetch_window = 0;
 
   // A fork()ed child's copy: no worker runs here, and the parent's may have held any lock.
   bool foreign() const noexcept { return ::getpid() != pid; }
@@ -64,14 +59,6 @@ struct Stream::Impl {
       for (const auto& n : *opt.order) order.push_back(&ck.at(n));
     }
     if (!opt.destination && opt.budget_bytes > 0) ring = io::AnonBuffer(opt.budget_bytes);
-#ifdef CTSTREAM_HAVE_REMOTE
-    if (ck.impl().remote) {
-      prefetch_window = opt.budget_bytes;
-      for (const auto& f : ck.impl().files)
-        prefetch_window =
-            std::min(prefetch_window, static_cast<const io::RemoteFile&>(*f).cache_options().prefetch_bytes);
-    }
-#endif
     worker = std::thread([this] {
       try {
         run();
@@ -172,26 +159,11 @@ struct Stream::Impl {
     }
   }
 
-  // Local files: a hint for the next tensor. Remote: the batch about to be decoded and the
-  // tensors after it, in order, up to prefetch_window stored bytes past the batch (asked again
-  // before every batch: what the file's cache had no room for last time is scheduled as the
-  // decodes free it). Each decode_into releases its own ranges when it ends.
-  void read_ahead(size_t i, size_t n) const {
-    if (!ck.impl().remote) {
-      if (i + n < order.size()) ck.will_need(*order[i + n]);
-      return;
-    }
-    uint64_t ahead = 0;
-    for (size_t j = i; j < order.size(); ++j) {
-      uint64_t stored = 0;
-      for (const auto& p : order[j]->parts) stored += p.nbytes;
-      if (j >= i + n) {
-        if (ahead + stored > prefetch_window) break;
-        ahead += stored;
-      }
-      ck.will_need(*order[j]);
-    }
-  }
+  // The batch about to be decoded and the tensors after it in this stream's order, up to the
+  // source's window (reader/read_schedule.hpp; asked again before every batch: what a remote
+  // cache had no room for last time is fetched as the decodes free it). Each decode_into asks for
+  // its own bytes again and, remote, releases them when it ends.
+  void read_ahead(size_t i, size_t n) const { reader::schedule_order(ck.impl(), std::span(order).subspan(i), n); }
 
   static constexpr uint64_t kSmall = 1u << 20;       // tensors below this decode in batches
   static constexpr uint64_t kBatchBytes = 8u << 20;  // ... of at most this many bytes
