@@ -7,6 +7,9 @@
 // and thread count in the same run (RooflineReporter). 1.0 = the kernel moves its bytes as fast
 // as this machine writes memory; include BM_memset in the filter to get the ratios.
 #include <benchmark/benchmark.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 #include <omp.h>
 
 #include <cstdio>
@@ -89,6 +92,33 @@ void BM_memset(benchmark::State& st) {
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * bytes));
   traffic(st, 0, static_cast<double>(bytes), threads);
 }
+
+#if defined(__x86_64__)
+// Two more yardsticks beside memset (which glibc runs as `rep stosb` here): the output written with
+// 16-byte vector stores, plain (each line read for ownership first) or non-temporal (what the
+// kernels' DequantSpec::stream mode issues): the bandwidth a kernel's own stores can reach at this
+// size and thread count, e.g. when memset's lines stay in a last-level cache larger than the output.
+void BM_store(benchmark::State& st, bool nt) {
+  const size_t bytes = static_cast<size_t>(st.range(0));
+  const int threads = static_cast<int>(st.range(1));
+  std::vector<std::byte> buf(bytes + 64);
+  auto* dst = reinterpret_cast<__m128i*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
+  for (auto _ : st) {
+    split(threads, bytes / 16, [&](size_t b, size_t n) {
+      __m128i v = _mm_set1_epi8(1);
+      for (size_t i = b; i < b + n; ++i) {
+        asm("" : "+x"(v));  // no loop the compiler would turn back into a memset call
+        if (nt) _mm_stream_si128(dst + i, v);
+        else _mm_store_si128(dst + i, v);
+      }
+      if (nt) _mm_sfence();
+    });
+    benchmark::DoNotOptimize(dst);
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * bytes));
+  traffic(st, 0, static_cast<double>(bytes), threads);
+}
+#endif
 
 void BM_convert(benchmark::State& st, DType src, DType dst, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
@@ -250,6 +280,14 @@ BENCHMARK(BM_memcpy)
 BENCHMARK(BM_memset)
     ->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows* kColsWide * 2)}, {1, 2}})
     ->UseRealTime();
+#if defined(__x86_64__)
+BENCHMARK_CAPTURE(BM_store, plain, false)
+    ->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows* kColsWide * 2)}, {1, 2}})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_store, stream, true)
+    ->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows* kColsWide * 2)}, {1, 2}})
+    ->UseRealTime();
+#endif
 
 // Every kernel once per ISA this build has and this CPU runs (codecs::kAllIsas), named <case>_<isa>.
 void register_kernels() {

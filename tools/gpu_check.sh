@@ -5,6 +5,9 @@
 #                                     # libraries into .devpack.tgz (git-ignored via .git/info/exclude)
 #   bash tools/gpu_check.sh run [--small]   # there (run with carry [".devpack.tgz"]): the device
 #                                     # tests, the same under compute-sanitizer, then bench/run_gpu.sh
+#   FILTER=... bash tools/gpu_check.sh kernels  # there: the CPU kernel bench on two quiet cores
+#   bash tools/gpu_check.sh cold      # there: bench/cold_loads.py on two cores, every ctstream_cold_*
+#                                     # binary (or wrapper script) in .devpack/bin as one A/B side
 #
 # The GPU machine has nvcc and CMake but none of our Debian packages (nlohmann-json, Catch2,
 # PCRE2, libcurl) and no network, so the binaries are built here (x86-64, nvcc 13, sm_80 + sm_90)
@@ -26,8 +29,10 @@ pack)
   for b in ctstream ctstream_cuda_tests ctstream_bench_cuda ctstream_bench_kernels; do
     [[ -x $build/bin/$b ]] && cp "$build/bin/$b" "$here/.devpack/bin/"
   done
+  # EXTRA="PATH=NAME ...": more files for .devpack/bin (an A/B's other binary, a wrapper script).
+  for x in ${EXTRA:-}; do cp "${x%%=*}" "$here/.devpack/bin/${x##*=}"; done
   # Every shared library but glibc's own (the GPU machine's glibc is newer than Debian 12's).
-  for l in $(ldd "$here"/.devpack/bin/* | awk '/=>/ {print $3}' | sort -u); do
+  for l in $(ldd "$here"/.devpack/bin/* 2>/dev/null | awk '/=>/ {print $3}' | sort -u); do
     case $(basename "$l") in libc.so* | libm.so* | libresolv* | ld-linux* | libpthread* | libdl*) ;;
     *) cp -L "$l" "$here/.devpack/lib/" ;;
     esac
@@ -79,8 +84,41 @@ kernels)
       --benchmark_report_aggregates_only=true 2>&1 | sed -n '/^roofline/,$p' | tee "$out/$(basename "$b").txt"
   done
   ;;
+cold)
+  # Cold loads against the read limit (bench/cold_loads.py) on two distinct cores of the GPU
+  # machine's host, as on a 2-vCPU machine: the small (4 layers, hidden 1024) and ~1 GB (20
+  # layers, hidden 2048) models as int4 g128, fp8 channel and bitmask (2:4-pruned), built here.
+  out=${OUT:-/tmp/gpu_out}
+  mkdir -p "$out"
+  unpack
+  ct=$here/.devpack/bin/ctstream
+  cpus=$(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -u | head -2 | cut -d, -f1 | paste -sd,)
+  lscpu | grep -E 'Model name|^CPU\(s\)|L3' || true
+  df -h /tmp | tail -1
+  work=/tmp/ctcold
+  t0=$(date +%s)
+  for size in small full; do
+    if [[ $size == small ]]; then shape="--layers 4 --hidden 1024 --intermediate 2816"; else shape="--layers 20 --hidden 2048 --intermediate 5632"; fi
+    d=$work/${size}_dense q="--no-errors --quiet"
+    # shellcheck disable=SC2086
+    [[ -f $d/config.json ]] || "$ct" synth "$d" $shape --vocab 32000 --shards 1 >/dev/null
+    "$ct" compress "$d" "$work/${size}_int4" --format pack-quantized --bits 4 --group-size 128 $q
+    "$ct" compress "$d" "$work/${size}_fp8" --format float-quantized --strategy channel $q
+    "$ct" compress "$d" "$work/${size}_24" --format sparse-24-bitmask --prune-24 $q
+    mkdir -p "$work/pruned" && "$ct" decompress "$work/${size}_24" "$work/pruned/model.safetensors" --dtype bf16 >/dev/null
+    cp "$d/config.json" "$work/pruned/"
+    "$ct" compress "$work/pruned" "$work/${size}_bitmask" --format sparse-bitmask $q
+    rm -rf "$work/pruned" "$work/${size}_24" "$d"
+  done
+  echo "models built in $(($(date +%s) - t0)) s, pinned to CPUs $cpus"
+  du -sh "$work"/*
+  sides=()
+  for b in "$here"/.devpack/bin/ctstream_cold_*; do sides+=(--ctstream "$b=${b##*/ctstream_cold_}"); done
+  taskset -c "$cpus" python3 "$here/bench/cold_loads.py" "$work"/small_{int4,fp8,bitmask} "$work"/full_{int4,fp8,bitmask} \
+    "${sides[@]}" --runs "${RUNS:-5}" 2>&1 | tee "$out/cold.txt"
+  ;;
 *)
-  echo "usage: $0 pack|run|kernels" >&2
+  echo "usage: $0 pack|run|kernels|cold" >&2
   exit 2
   ;;
 esac
