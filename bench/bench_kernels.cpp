@@ -94,24 +94,39 @@ void BM_memset(benchmark::State& st) {
 }
 
 #if defined(__x86_64__)
-// Two more yardsticks beside memset (which glibc runs as `rep stosb` here): the output written with
-// 16-byte vector stores, plain (each line read for ownership first) or non-temporal (what the
-// kernels' DequantSpec::stream mode issues): the bandwidth a kernel's own stores can reach at this
-// size and thread count, e.g. when memset's lines stay in a last-level cache larger than the output.
-void BM_store(benchmark::State& st, bool nt) {
+// More yardsticks beside memset (which glibc runs as `rep stosb` for large sizes): the output
+// written with 16-byte vector stores, plain (each line read for ownership first) or non-temporal
+// (what the kernels' DequantSpec::stream mode issues), or copied with `rep movsb` in 16 KiB blocks
+// from one L1-resident block (what a kernel could do after decoding a block into scratch). The
+// bandwidth a kernel's own stores can reach at this size and thread count, e.g. when memset's
+// lines stay in a last-level cache larger than the output.
+enum class Store { plain, stream, movsb };
+void BM_store(benchmark::State& st, Store how) {
   const size_t bytes = static_cast<size_t>(st.range(0));
   const int threads = static_cast<int>(st.range(1));
   std::vector<std::byte> buf(bytes + 64);
   auto* dst = reinterpret_cast<__m128i*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
+  constexpr size_t kBlock = 16 << 10;
   for (auto _ : st) {
     split(threads, bytes / 16, [&](size_t b, size_t n) {
       __m128i v = _mm_set1_epi8(1);
+      if (how == Store::movsb) {
+        alignas(64) static thread_local unsigned char src[kBlock] = {1};
+        auto* d = reinterpret_cast<unsigned char*>(dst + b);
+        for (size_t left = n * 16; left > 0;) {
+          size_t c = left < kBlock ? left : kBlock;
+          const unsigned char* s = src;
+          left -= c;
+          asm volatile("rep movsb" : "+D"(d), "+S"(s), "+c"(c) : : "memory");
+        }
+        return;
+      }
       for (size_t i = b; i < b + n; ++i) {
         asm("" : "+x"(v));  // no loop the compiler would turn back into a memset call
-        if (nt) _mm_stream_si128(dst + i, v);
+        if (how == Store::stream) _mm_stream_si128(dst + i, v);
         else _mm_store_si128(dst + i, v);
       }
-      if (nt) _mm_sfence();
+      if (how == Store::stream) _mm_sfence();
     });
     benchmark::DoNotOptimize(dst);
   }
@@ -281,10 +296,13 @@ BENCHMARK(BM_memset)
     ->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows* kColsWide * 2)}, {1, 2}})
     ->UseRealTime();
 #if defined(__x86_64__)
-BENCHMARK_CAPTURE(BM_store, plain, false)
+BENCHMARK_CAPTURE(BM_store, plain, Store::plain)
     ->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows* kColsWide * 2)}, {1, 2}})
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_store, stream, true)
+BENCHMARK_CAPTURE(BM_store, stream, Store::stream)
+    ->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows* kColsWide * 2)}, {1, 2}})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_store, movsb, Store::movsb)
     ->ArgsProduct({{int64_t(kN * 2), int64_t(kN * 4), int64_t(kRows* kColsWide * 2)}, {1, 2}})
     ->UseRealTime();
 #endif

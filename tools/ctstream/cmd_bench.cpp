@@ -1,22 +1,23 @@
 // ctstream bench PATH [--threads N] [--dtype bf16|fp16|fp32] [--budget BYTES] [--repeat K] [--cold]
-//                     [--pread] [--json] [--tp RANK/SIZE [--tp-dim D]]
-// Loads every tensor into one reused caller buffer (as an engine filling its parameters would)
-// and reports output GB/s, time to first tensor, total time and peak RSS (getrusage).
-// Without --budget each tensor is decoded straight into the caller's buffer (decode_into) and
-// then released (its mapped file pages leave the process);
-// with --budget a Stream decodes ahead on a worker within that budget and the consumer copies
-// each item into the caller's buffer.
-// With --tp a tensor-parallel rank's share is loaded instead: of every tensor with two or more
-// dims, the slice RANK of SIZE along dim D (0: rows, the default); other tensors whole. On an
-// s3:// / https:// PATH the JSON adds what was fetched ("remote": requests, bytes, cache peak).
+//                     [--arena] [--pread] [--json] [--tp RANK/SIZE [--tp-dim D]]
+// Loads every tensor into one reused caller buffer, or with --arena each into its own place of one
+// arena (as an engine filling its parameters would), and reports output GB/s, time to first tensor, total time and peak
+// RSS (getrusage). Without --budget each tensor is decoded straight into the caller's buffer (decode_into) and then
+// released (its mapped file pages leave the process); with --budget a Stream decodes ahead on a worker within that
+// budget and the consumer copies each item into the caller's buffer. With --tp a tensor-parallel rank's share is loaded
+// instead: of every tensor with two or more dims, the slice RANK of SIZE along dim D (0: rows, the default); other
+// tensors whole. On an s3:// / https:// PATH the JSON adds what was fetched ("remote": requests, bytes, cache peak).
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "cli.hpp"
@@ -24,7 +25,7 @@
 namespace cli {
 
 int cmd_bench(int argc, char** argv) {
-  Args a = parse(argc, argv, 2, {"--json", "--pread", "--cold", "--stored-factors"},
+  Args a = parse(argc, argv, 2, {"--json", "--pread", "--cold", "--stored-factors", "--arena"},
                  {"--threads", "--dtype", "--repeat", "--budget", "--module-classes", "--tp", "--tp-dim"});
   if (a.pos.size() != 1) throw std::invalid_argument("bench needs exactly one PATH");
   const ctstream::DType out = parse_dtype(a.get("--dtype", "bf16"));
@@ -49,10 +50,26 @@ int cmd_bench(int argc, char** argv) {
   const double t_open0 = now_seconds();
   auto ckpt = ctstream::Checkpoint::open(a.pos[0], open_options(a));
   const double t_open = now_seconds() - t_open0;
-  uint64_t largest = 0;
-  for (const auto& t : ckpt.tensors()) largest = std::max(largest, t.decoded_bytes(out));
-  std::vector<std::byte> buf(largest);
-  std::memset(buf.data(), 0, buf.size());  // the caller's buffer exists before loading starts
+  // The caller's memory exists before loading starts, 64-byte aligned as a torch tensor's storage
+  // is (the kernels write large outputs with non-temporal stores, which take aligned lines only):
+  // one buffer of the largest tensor's size reused by every tensor, or with --arena one place per
+  // tensor in an arena of the whole output, as an engine's parameters (no tensor then writes
+  // where the one before it left its lines in the cache).
+  const auto dtype_of = [&](const ctstream::TensorInfo& t) {  // integer tensors come out as stored
+    return t.format == ctstream::Format::dense && !ctstream::is_float_output(t.dtype) ? t.dtype : out;
+  };
+  uint64_t largest = 0, total = 0;
+  for (const auto& t : ckpt.tensors()) {
+    largest = std::max(largest, t.decoded_bytes(dtype_of(t)));
+    total += (t.decoded_bytes(dtype_of(t)) + 63) / 64 * 64;
+  }
+  const bool arena = a.has("--arena");
+  const size_t cap = (std::max<uint64_t>(arena ? total : largest, 1) + 63) / 64 * 64;
+  const std::unique_ptr<std::byte, decltype(&std::free)> mem(static_cast<std::byte*>(std::aligned_alloc(64, cap)),
+                                                             &std::free);
+  if (!mem) throw std::bad_alloc();
+  const std::span<std::byte> all(mem.get(), cap);
+  std::memset(all.data(), 0, all.size());
 
   struct Stat {
     uint64_t tensors = 0, in = 0, out = 0;
@@ -68,6 +85,7 @@ int cmd_bench(int argc, char** argv) {
     out_bytes = in_bytes = 0;
     const double t0 = now_seconds();
     size_t i = 0;
+    uint64_t at = 0;  // --arena: where the next tensor goes
     std::unique_ptr<ctstream::Stream> stream;
     if (a.has("--budget")) {
       ctstream::StreamOptions so;
@@ -76,8 +94,9 @@ int cmd_bench(int argc, char** argv) {
       stream = std::make_unique<ctstream::Stream>(ckpt, so);
     }
     for (const auto& t : ckpt.tensors()) {
-      const ctstream::DType d =
-          t.format == ctstream::Format::dense && !ctstream::is_float_output(t.dtype) ? t.dtype : out;
+      const ctstream::DType d = dtype_of(t);
+      const std::span<std::byte> buf = arena ? all.subspan(at, t.decoded_bytes(d)) : all.first(largest);
+      at += (t.decoded_bytes(d) + 63) / 64 * 64;
       const double s = now_seconds();
       uint64_t n;
       if (stream) {

@@ -18,7 +18,7 @@ void usage() {
       "  decompress PATH OUT.safetensors [--dtype bf16|fp16|fp32]\n"
       "                                             decode everything into a plain safetensors file\n"
       "  verify PATH                                decode everything, report problems (exit 1 on any)\n"
-      "  bench PATH [--dtype bf16] [--repeat K] [--cold] [--json] [--tp RANK/SIZE [--tp-dim D]]\n"
+      "  bench PATH [--dtype bf16] [--repeat K] [--cold] [--arena] [--json] [--tp RANK/SIZE [--tp-dim D]]\n"
       "                                             load every tensor into a reused buffer: GB/s, peak RSS\n"
       "  demo [DIR] [--small]                       write int4 / fp8 / sparse versions of a generated model,\n"
       "                                             stream each back, check it, measure it\n"
