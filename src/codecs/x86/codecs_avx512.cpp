@@ -418,8 +418,10 @@ inline void byte_chunk(__m128i bytes, __m512 s, __m512 z, void* out, size_t j, _
 struct ByteTable {
   __m512i lo[4], hi[4];
 };
+// Always inlined, as it was before packed_run called it too: an out-of-line copy makes GCC 12 report
+// the intrinsics' own _mm*_undefined_*() initializations as uninitialized (GCC PR 105593).
 template <Kind N, Kind O, bool ZP, bool E4M3>
-inline ByteTable byte_table(__m512 s, __m512 z) {
+[[gnu::always_inline]] inline ByteTable byte_table(__m512 s, __m512 z) {
   alignas(64) uint16_t words[256];
   for (unsigned q = 0; q < 16; ++q) {
     const __m128i codes = _mm_add_epi8(_mm_set1_epi8(static_cast<char>(16 * q)),
@@ -528,6 +530,161 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
   if constexpr (NT) _mm_sfence();
 }
 
+// ---------------------------------------------------------------- fused packed-int dequant
+//
+// Dense pack-quantized codes (code i at stream bits [i*b, i*b+b) of little-endian int32 words:
+// compressed_tensors/compressors/pack_quantized/helpers.py `unpack_from_int32`), 64 per step, unpacked
+// in registers as unpack_int8 does: vpermb gathers the 8 * b bytes of codes 8k..8k+7 into qword
+// q, vpmultishiftqb takes each code's 8 bits at bit i*b into byte i, an AND keeps b of them (u =
+// 0..2^b-1). The values u - 2^(b-1) are then the int8 weights of byte_run: a 64-column step inside
+// one group looks up the group's 2^b outputs, computed by byte_chunk itself (the same bits by
+// construction); other steps run byte_chunk on each 16 columns, one call per group they touch.
+
+// Tables indexed by u (b <= 7): the low and the high bytes of the 2^b output words, one vpermb
+// (b <= 6: 64 entries) or vpermi2b (b = 7: 128 entries) each. Codes are gathered into qwords in
+// the order 0, 4, 1, 5, 2, 6, 3, 7 (of the eight 8-code runs), so that unpacklo/unpackhi_epi8 of
+// the two looked-up byte vectors give columns 0-31 and 32-63 in order.
+struct PackedTable {
+  __m512i lo[2], hi[2];
+};
+template <Kind N, Kind O, bool ZP>
+inline PackedTable packed_table(unsigned bits, __m512 s, __m512 z) {
+  alignas(64) uint16_t words[128];
+  const unsigned entries = 1u << bits, nw = bits == 7 ? 128 : 64;
+  const int half = static_cast<int>(entries / 2);
+  for (unsigned q = 0; 16 * q < nw; ++q) {
+    if (16 * q < entries) {
+      const __m128i codes = _mm_add_epi8(_mm_set1_epi8(static_cast<char>(static_cast<int>(16 * q) - half)),
+                                         _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+      byte_chunk<N, O, ZP, false>(codes, s, z, words, 16 * q, 0xFFFF);
+    } else {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(words + 16 * q), _mm256_setzero_si256());  // never looked up
+    }
+  }
+  PackedTable t;
+  for (unsigned k = 0; 64 * k < nw; ++k) {  // as byte_table
+    const __m512i a = _mm512_load_si512(words + 64 * k), b = _mm512_load_si512(words + 64 * k + 32);
+    t.lo[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(a)), _mm512_cvtepi16_epi8(b), 1);
+    t.hi[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(a, 8))),
+                                 _mm512_cvtepi16_epi8(_mm512_srli_epi16(b, 8)), 1);
+  }
+  if (nw == 64) t.lo[1] = t.hi[1] = _mm512_setzero_si512();
+  return t;
+}
+// Up to 64 columns from u in the interleaved code order above (`n` of them valid) at o.
+template <bool NT>
+inline void packed_lookup(const PackedTable& t, bool two, __m512i u, uint16_t* o, unsigned n) {
+  __m512i lo, hi;
+  if (two) {
+    lo = _mm512_permutex2var_epi8(t.lo[0], u, t.lo[1]);
+    hi = _mm512_permutex2var_epi8(t.hi[0], u, t.hi[1]);
+  } else {
+    lo = _mm512_permutexvar_epi8(u, t.lo[0]);
+    hi = _mm512_permutexvar_epi8(u, t.hi[0]);
+  }
+  const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
+  if (n == 64) {
+    put512<NT>(o, w0);
+    put512<NT>(o + 32, w1);
+  } else {
+    _mm512_mask_storeu_epi16(o, n >= 32 ? ~0u : _bzhi_u32(~0u, n), w0);
+    if (n > 32) _mm512_mask_storeu_epi16(o + 32, _bzhi_u32(~0u, n - 32), w1);
+  }
+}
+
+// How a 64-column step inside a group of `len` columns is looked up (16-bit outputs): 1 = a
+// PackedTable, 2 = the 8-bit kernel's ByteTable over the values (memo or its own), 0 = no table
+// (byte_chunk). A table of 2^b entries costs 2^b / 16 byte_chunk calls, a step without one 4.
+constexpr size_t kPacked7TableFrom = 256;
+inline int packed_table_kind(unsigned bits, size_t len, bool memo) {
+  if (bits <= 6) return 1;  // at most 4 calls: no more than the one step the group holds at least
+  if (memo && len >= kMemoFrom) return 2;
+  if (bits == 7 && len >= kPacked7TableFrom) return 1;
+  return len >= kByteTableFrom ? 2 : 0;
+}
+
+template <Kind N, Kind O, bool ZP, bool NT>
+void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp, size_t gs,
+                void* memo, void* out) {
+  const uint64_t nbytes = (cols * bits + 7) / 8, step = 8ull * bits;
+  alignas(64) uint8_t nat[64], il[64], ctl[64];
+  for (unsigned q = 0; q < 64; ++q) {
+    const unsigned run = q / 8, il_run = run % 2 ? 4 + run / 2 : run / 2;  // interleaved order 0, 4, 1, 5, ...
+    nat[q] = static_cast<uint8_t>(run * bits + q % 8);
+    il[q] = static_cast<uint8_t>(il_run * bits + q % 8);
+    ctl[q] = static_cast<uint8_t>((q % 8) * bits);
+  }
+  const __m512i vnat = _mm512_load_si512(nat), vil = _mm512_load_si512(il), vctl = _mm512_load_si512(ctl);
+  const __m512i mask = _mm512_set1_epi8(static_cast<char>((1u << bits) - 1));
+  const __m512i half = _mm512_set1_epi8(static_cast<char>(1u << (bits - 1)));
+  PackedTable pt{};
+  ByteTable own;
+  const ByteTable* bt = nullptr;
+  int kind = 0;
+  size_t g = 0, g0 = 0, tg = ~size_t(0);  // group g = columns [g0, g0 + gs); tg: the group of the table held
+  for (size_t j = 0, b = 0; j < cols; j += 64, b += step) {
+    const unsigned n = cols - j < 64 ? static_cast<unsigned>(cols - j) : 64;
+    // A plain load while 64 of the row's bytes remain, else exactly the bytes of this step.
+    const __m512i in =
+        nbytes - b >= 64
+            ? _mm512_loadu_si512(words + b)
+            : _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, static_cast<unsigned>(nbytes - b < step ? nbytes - b : step)),
+                                      words + b);
+    while (j - g0 >= gs) {
+      ++g;
+      g0 += gs;
+    }
+    if constexpr (O != kF32) {
+      const size_t g1 = cols - g0 > gs ? g0 + gs : cols;
+      if (j + n <= g1) {
+        if (tg != g) {
+          kind = packed_table_kind(bits, g1 - g0, memo != nullptr);
+          if (kind) {
+            const __m512 s = _mm512_set1_ps(scale[g]), z = ZP ? _mm512_set1_ps(zp[g]) : _mm512_setzero_ps();
+            if (kind == 1) pt = packed_table<N, O, ZP>(bits, s, z);
+            else if (memo) bt = &memo_table<N, O, ZP, false>(memo, g, scale[g], ZP ? zp[g] : 0.f, s, z);
+            else bt = &(own = byte_table<N, O, ZP, false>(s, z));
+          }
+          tg = g;
+        }
+        if (kind == 1) {
+          const __m512i u =
+              _mm512_and_si512(_mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vil, in)), mask);
+          packed_lookup<NT>(pt, bits == 7, u, static_cast<uint16_t*>(out) + j, n);
+          continue;
+        }
+        if (kind == 2) {
+          const __m512i u =
+              _mm512_and_si512(_mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vnat, in)), mask);
+          byte_lookup<NT>(*bt, _mm512_sub_epi8(u, half), static_cast<uint16_t*>(out) + j, n);
+          continue;
+        }
+      }
+    }
+    // No table: byte_chunk on each 16 columns, once per group among them (masked stores).
+    __m512i v = _mm512_sub_epi8(
+        _mm512_and_si512(_mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vnat, in)), mask), half);
+    size_t gg = g, gg0 = g0;
+    for (size_t c = j; c < j + n; c += 16, v = _mm512_alignr_epi32(v, v, 4)) {
+      const size_t c1 = j + n - c < 16 ? j + n : c + 16;
+      const __m128i x = _mm512_castsi512_si128(v);
+      for (size_t a = c; a < c1;) {
+        while (a - gg0 >= gs) {
+          ++gg;
+          gg0 += gs;
+        }
+        const size_t e = c1 - gg0 > gs ? gg0 + gs : c1;
+        const __mmask16 m = static_cast<__mmask16>(_bzhi_u32(~0u, static_cast<unsigned>(e - c)) &
+                                                   ~_bzhi_u32(~0u, static_cast<unsigned>(a - c)));
+        byte_chunk<N, O, ZP, false, NT>(x, _mm512_set1_ps(scale[gg]), ZP ? _mm512_set1_ps(zp[gg]) : _mm512_setzero_ps(),
+                                        out, c, m);
+        a = e;
+      }
+    }
+  }
+  if constexpr (NT) _mm_sfence();
+}
+
 }  // namespace
 
 size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o, bool stream) noexcept {
@@ -590,6 +747,19 @@ void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCod
           byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value,
                    decltype(nt)::value>(codes, cols, scale, zp, gs, memo, out);
         });
+      });
+    });
+  });
+}
+
+void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
+                    const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept {
+  const size_t gs = static_cast<size_t>(spec.group_size);
+  simd::with_kinds(spec, [&](auto n, auto o) {
+    simd::with_flag(zp != nullptr, [&](auto z) {
+      simd::with_flag(spec.stream, [&](auto nt) {
+        packed_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(nt)::value>(
+            words, bits, cols, scale, zp, gs, memo, out);
       });
     });
   });
