@@ -540,47 +540,70 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
 // one group looks up the group's 2^b outputs, computed by byte_chunk itself (the same bits by
 // construction); other steps run byte_chunk on each 16 columns, one call per group they touch.
 
-// Tables indexed by u (b <= 7): the low and the high bytes of the 2^b output words, one vpermb
-// (b <= 6: 64 entries) or vpermi2b (b = 7: 128 entries) each. Codes are gathered into qwords in
-// the order 0, 4, 1, 5, 2, 6, 3, 7 (of the eight 8-code runs), so that unpacklo/unpackhi_epi8 of
-// the two looked-up byte vectors give columns 0-31 and 32-63 in order.
+// Tables indexed by u: the low and the high bytes of the 2^b output words, looked up with one
+// vpermb (b <= 6: 64 entries), vpermi2b (b = 7: 128) or two vpermi2b and a blend on the top bit
+// (b = 8: 256), for each of the two. Codes are gathered into qwords in the order 0, 4, 1, 5, 2,
+// 6, 3, 7 (of the eight 8-code runs), so that unpacklo/unpackhi_epi8 of the two looked-up byte
+// vectors give columns 0-31 and 32-63 in order.
+//
+// The table is built in registers (a store and reload of it measured slower than the lookups it
+// serves at group size 128): entry e's value e - 2^(b-1) as f32 (exact), minus the zero point,
+// times the scale, then pair_table16 -- the f32 operations of byte_chunk and the roundings of
+// out_bf16_hi / out_f16, so the words are the 8-bit kernel's bits -- packs 32 entries into 32
+// words; vpermb / vpermi2b on the even and the odd bytes split them into the two tables.
 struct PackedTable {
-  __m512i lo[2], hi[2];
+  __m512i lo[4], hi[4];
 };
 template <Kind N, Kind O, bool ZP>
+inline __m512i table_words(unsigned bits, unsigned k, __m512 s, __m512 z) {  // words of entries 32k..32k+31
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 p0 = _mm512_add_ps(iota, _mm512_set1_ps(static_cast<float>(static_cast<int>(32 * k) - (1 << (bits - 1)))));
+  __m512 p1 = _mm512_add_ps(p0, _mm512_set1_ps(16.f));  // exact: small integers
+  if constexpr (ZP) {
+    p0 = _mm512_sub_ps(p0, z);
+    p1 = _mm512_sub_ps(p1, z);
+  }
+  p0 = _mm512_mul_ps(p0, s);
+  p1 = bits <= 4 ? p0 : _mm512_mul_ps(p1, s);  // 16 entries: words 16-31 never looked up
+  return pair_table16<N, O>(p0, p1);
+}
+template <Kind N, Kind O, bool ZP>
 inline PackedTable packed_table(unsigned bits, __m512 s, __m512 z) {
-  alignas(64) uint16_t words[128];
-  const unsigned entries = 1u << bits, nw = bits == 7 ? 128 : 64;
-  const int half = static_cast<int>(entries / 2);
-  for (unsigned q = 0; 16 * q < nw; ++q) {
-    if (16 * q < entries) {
-      const __m128i codes = _mm_add_epi8(_mm_set1_epi8(static_cast<char>(static_cast<int>(16 * q) - half)),
-                                         _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-      byte_chunk<N, O, ZP, false>(codes, s, z, words, 16 * q, 0xFFFF);
-    } else {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(words + 16 * q), _mm256_setzero_si256());  // never looked up
-    }
-  }
+  alignas(64) static constexpr uint8_t kEven[64] = {
+      0,  2,  4,  6,  8,  10, 12,  14,  16,  18,  20,  22,  24,  26,  28,  30,  32,  34,  36,  38, 40, 42,
+      44, 46, 48, 50, 52, 54, 56,  58,  60,  62,  64,  66,  68,  70,  72,  74,  76,  78,  80,  82, 84, 86,
+      88, 90, 92, 94, 96, 98, 100, 102, 104, 106, 108, 110, 112, 114, 116, 118, 120, 122, 124, 126};
+  const __m512i even = _mm512_load_si512(kEven), odd = _mm512_add_epi8(even, _mm512_set1_epi8(1));
   PackedTable t;
-  for (unsigned k = 0; 64 * k < nw; ++k) {  // as byte_table
-    const __m512i a = _mm512_load_si512(words + 64 * k), b = _mm512_load_si512(words + 64 * k + 32);
-    t.lo[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(a)), _mm512_cvtepi16_epi8(b), 1);
-    t.hi[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(a, 8))),
-                                 _mm512_cvtepi16_epi8(_mm512_srli_epi16(b, 8)), 1);
+  if (bits <= 5) {  // 32 words; vpermb reads index bits 5:0, so table bytes 32-63 repeat words 0-31 (unused)
+    const __m512i w = table_words<N, O, ZP>(bits, 0, s, z);
+    t.lo[0] = _mm512_permutexvar_epi8(even, w);
+    t.hi[0] = _mm512_permutexvar_epi8(odd, w);
+    return t;
   }
-  if (nw == 64) t.lo[1] = t.hi[1] = _mm512_setzero_si512();
+  for (unsigned k = 0; 2 * k < (1u << bits) / 32; ++k) {
+    const __m512i w0 = table_words<N, O, ZP>(bits, 2 * k, s, z), w1 = table_words<N, O, ZP>(bits, 2 * k + 1, s, z);
+    t.lo[k] = _mm512_permutex2var_epi8(w0, even, w1);
+    t.hi[k] = _mm512_permutex2var_epi8(w0, odd, w1);
+  }
   return t;
 }
 // Up to 64 columns from u in the interleaved code order above (`n` of them valid) at o.
 template <bool NT>
-inline void packed_lookup(const PackedTable& t, bool two, __m512i u, uint16_t* o, unsigned n) {
+inline void packed_lookup(const PackedTable& t, unsigned bits, __m512i u, uint16_t* o, unsigned n) {
   __m512i lo, hi;
-  if (two) {
+  if (bits <= 6) {
+    lo = _mm512_permutexvar_epi8(u, t.lo[0]);
+    hi = _mm512_permutexvar_epi8(u, t.hi[0]);
+  } else if (bits == 7) {
     lo = _mm512_permutex2var_epi8(t.lo[0], u, t.lo[1]);
     hi = _mm512_permutex2var_epi8(t.hi[0], u, t.hi[1]);
   } else {
-    lo = _mm512_permutexvar_epi8(u, t.lo[0]);
-    hi = _mm512_permutexvar_epi8(u, t.hi[0]);
+    const __mmask64 top = _mm512_movepi8_mask(u);
+    lo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.lo[0], u, t.lo[1]),
+                                _mm512_permutex2var_epi8(t.lo[2], u, t.lo[3]));
+    hi = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.hi[0], u, t.hi[1]),
+                                _mm512_permutex2var_epi8(t.hi[2], u, t.hi[3]));
   }
   const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
   if (n == 64) {
@@ -593,14 +616,12 @@ inline void packed_lookup(const PackedTable& t, bool two, __m512i u, uint16_t* o
 }
 
 // How a 64-column step inside a group of `len` columns is looked up (16-bit outputs): 1 = a
-// PackedTable, 2 = the 8-bit kernel's ByteTable over the values (memo or its own), 0 = no table
-// (byte_chunk). A table of 2^b entries costs 2^b / 16 byte_chunk calls, a step without one 4.
-constexpr size_t kPacked7TableFrom = 256;
+// PackedTable, 2 = the 8-bit kernel's memo ByteTable over the values, 0 = no table (byte_chunk,
+// 4 calls a step). A PackedTable of 2^b entries costs about 2^b / 16 such calls to build.
 inline int packed_table_kind(unsigned bits, size_t len, bool memo) {
-  if (bits <= 6) return 1;  // at most 4 calls: no more than the one step the group holds at least
+  if (bits <= 6) return 1;  // at most one step's worth, and the group holds a step
   if (memo && len >= kMemoFrom) return 2;
-  if (bits == 7 && len >= kPacked7TableFrom) return 1;
-  return len >= kByteTableFrom ? 2 : 0;
+  return len >= (bits == 7 ? 128u : 256u) ? 1 : 0;
 }
 
 template <Kind N, Kind O, bool ZP, bool NT>
@@ -618,7 +639,6 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
   const __m512i mask = _mm512_set1_epi8(static_cast<char>((1u << bits) - 1));
   const __m512i half = _mm512_set1_epi8(static_cast<char>(1u << (bits - 1)));
   PackedTable pt{};
-  ByteTable own;
   const ByteTable* bt = nullptr;
   int kind = 0;
   size_t g = 0, g0 = 0, tg = ~size_t(0);  // group g = columns [g0, g0 + gs); tg: the group of the table held
@@ -642,15 +662,14 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
           if (kind) {
             const __m512 s = _mm512_set1_ps(scale[g]), z = ZP ? _mm512_set1_ps(zp[g]) : _mm512_setzero_ps();
             if (kind == 1) pt = packed_table<N, O, ZP>(bits, s, z);
-            else if (memo) bt = &memo_table<N, O, ZP, false>(memo, g, scale[g], ZP ? zp[g] : 0.f, s, z);
-            else bt = &(own = byte_table<N, O, ZP, false>(s, z));
+            else bt = &memo_table<N, O, ZP, false>(memo, g, scale[g], ZP ? zp[g] : 0.f, s, z);
           }
           tg = g;
         }
         if (kind == 1) {
           const __m512i u =
               _mm512_and_si512(_mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vil, in)), mask);
-          packed_lookup<NT>(pt, bits == 7, u, static_cast<uint16_t*>(out) + j, n);
+          packed_lookup<NT>(pt, bits, u, static_cast<uint16_t*>(out) + j, n);
           continue;
         }
         if (kind == 2) {
