@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -191,7 +192,11 @@ void BM_dequant_packed(benchmark::State& st, unsigned bits, DType d, bool two_pa
   std::uniform_real_distribution<float> sd(0.001f, 0.02f);
   std::vector<float> scale(kRows * groups);
   for (auto& s : scale) s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(sd(rng)))));
-  std::vector<std::byte> out(kN * osz);
+  // A 64-byte aligned output, as a torch tensor's (the non-temporal stores take aligned lines
+  // only; a vector of this size sits 16 bytes past a page boundary).
+  std::vector<std::byte> outv(kN * osz + 64);
+  const std::span<std::byte> out(
+      reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(outv.data()) + 63) & ~uintptr_t(63)), kN * osz);
   const codecs::DequantSpec spec{DType::BF16, d, kGroup, true, out.size() >= codecs::kStreamStoresFrom};
   const auto fused = codecs::dequant_packed_kernel(isa);  // what the reader calls
   const auto unpack = codecs::unpack_int8_kernel(isa);    // two_pass: the composition it replaced

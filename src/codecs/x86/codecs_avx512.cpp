@@ -555,7 +555,8 @@ struct PackedTable {
   __m512i lo[4], hi[4];
 };
 template <Kind N, Kind O, bool ZP>
-inline __m512i table_words(unsigned bits, unsigned k, __m512 s, __m512 z) {  // words of entries 32k..32k+31
+[[gnu::always_inline]] inline __m512i table_words(unsigned bits, unsigned k, __m512 s,
+                                                  __m512 z) {  // words of entries 32k..32k+31
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   __m512 p0 = _mm512_add_ps(iota, _mm512_set1_ps(static_cast<float>(static_cast<int>(32 * k) - (1 << (bits - 1)))));
   __m512 p1 = _mm512_add_ps(p0, _mm512_set1_ps(16.f));  // exact: small integers
@@ -568,13 +569,34 @@ inline __m512i table_words(unsigned bits, unsigned k, __m512 s, __m512 z) {  // 
   return pair_table16<N, O>(p0, p1);
 }
 template <Kind N, Kind O, bool ZP>
-inline PackedTable packed_table(unsigned bits, __m512 s, __m512 z) {
+[[gnu::always_inline]] inline PackedTable packed_table(unsigned bits, __m512 s, __m512 z) {
   alignas(64) static constexpr uint8_t kEven[64] = {
       0,  2,  4,  6,  8,  10, 12,  14,  16,  18,  20,  22,  24,  26,  28,  30,  32,  34,  36,  38, 40, 42,
       44, 46, 48, 50, 52, 54, 56,  58,  60,  62,  64,  66,  68,  70,  72,  74,  76,  78,  80,  82, 84, 86,
       88, 90, 92, 94, 96, 98, 100, 102, 104, 106, 108, 110, 112, 114, 116, 118, 120, 122, 124, 126};
   const __m512i even = _mm512_load_si512(kEven), odd = _mm512_add_epi8(even, _mm512_set1_epi8(1));
   PackedTable t;
+  if (O == kBF16 && bits <= 5) {  // bytes 2 and 3 of the dwords of out_bf16_hi, without packing words first
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 p0 = _mm512_add_ps(iota, _mm512_set1_ps(-static_cast<float>(1 << (bits - 1))));
+    __m512 p1 = _mm512_add_ps(p0, _mm512_set1_ps(16.f));
+    if constexpr (ZP) {
+      p0 = _mm512_sub_ps(p0, z);
+      p1 = _mm512_sub_ps(p1, z);
+    }
+    const __m512i d0 = out_bf16_hi<N>(_mm512_mul_ps(p0, s));
+    const __m512i b2 = _mm512_add_epi8(_mm512_add_epi8(even, even), _mm512_set1_epi8(2)),
+                  b3 = _mm512_add_epi8(b2, _mm512_set1_epi8(1));
+    if (bits <= 4) {  // vpermb reads index bits 5:0: entries 16-63 repeat 0-15 (never looked up)
+      t.lo[0] = _mm512_permutexvar_epi8(b2, d0);
+      t.hi[0] = _mm512_permutexvar_epi8(b3, d0);
+    } else {
+      const __m512i d1 = out_bf16_hi<N>(_mm512_mul_ps(p1, s));
+      t.lo[0] = _mm512_permutex2var_epi8(d0, b2, d1);
+      t.hi[0] = _mm512_permutex2var_epi8(d0, b3, d1);
+    }
+    return t;
+  }
   if (bits <= 5) {  // 32 words; vpermb reads index bits 5:0, so table bytes 32-63 repeat words 0-31 (unused)
     const __m512i w = table_words<N, O, ZP>(bits, 0, s, z);
     t.lo[0] = _mm512_permutexvar_epi8(even, w);
@@ -588,14 +610,15 @@ inline PackedTable packed_table(unsigned bits, __m512 s, __m512 z) {
   }
   return t;
 }
-// Up to 64 columns from u in the interleaved code order above (`n` of them valid) at o.
-template <bool NT>
-inline void packed_lookup(const PackedTable& t, unsigned bits, __m512i u, uint16_t* o, unsigned n) {
+// Up to 64 columns from u in the interleaved code order above (`n` of them valid) at o; R: table
+// registers of each of lo and hi (1: b <= 6, 2: b = 7, 4: b = 8).
+template <unsigned R, bool NT>
+[[gnu::always_inline]] inline void packed_lookup(const PackedTable& t, __m512i u, uint16_t* o, unsigned n) {
   __m512i lo, hi;
-  if (bits <= 6) {
+  if constexpr (R == 1) {
     lo = _mm512_permutexvar_epi8(u, t.lo[0]);
     hi = _mm512_permutexvar_epi8(u, t.hi[0]);
-  } else if (bits == 7) {
+  } else if constexpr (R == 2) {
     lo = _mm512_permutex2var_epi8(t.lo[0], u, t.lo[1]);
     hi = _mm512_permutex2var_epi8(t.hi[0], u, t.hi[1]);
   } else {
@@ -614,10 +637,19 @@ inline void packed_lookup(const PackedTable& t, unsigned bits, __m512i u, uint16
     if (n > 32) _mm512_mask_storeu_epi16(o + 32, _bzhi_u32(~0u, n - 32), w1);
   }
 }
+template <bool NT>
+[[gnu::always_inline]] inline void packed_lookup(const PackedTable& t, unsigned bits, __m512i u, uint16_t* o,
+                                                 unsigned n) {
+  if (bits <= 6) packed_lookup<1, NT>(t, u, o, n);
+  else if (bits == 7) packed_lookup<2, NT>(t, u, o, n);
+  else packed_lookup<4, NT>(t, u, o, n);
+}
 
 // How a 64-column step inside a group of `len` columns is looked up (16-bit outputs): 1 = a
 // PackedTable, 2 = the 8-bit kernel's memo ByteTable over the values, 0 = no table (byte_chunk,
-// 4 calls a step). A PackedTable of 2^b entries costs about 2^b / 16 such calls to build.
+// 4 calls a step). A PackedTable of 2^b entries costs about 2^b / 16 such calls to build; at
+// group size 128 (bench/RESULTS.md, issue 30 packed kernel) 7 bits measured the same either way,
+// 8 bits about 1.4x faster without a table.
 inline int packed_table_kind(unsigned bits, size_t len, bool memo) {
   if (bits <= 6) return 1;  // at most one step's worth, and the group holds a step
   if (memo && len >= kMemoFrom) return 2;
@@ -680,9 +712,18 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
         }
       }
     }
-    // No table: byte_chunk on each 16 columns, once per group among them (masked stores).
+    // No table: byte_chunk on each 16 columns, once per group among them (masked stores); a step
+    // inside one group (7 and 8 bits at group size 128) without the per-chunk group search.
     __m512i v = _mm512_sub_epi8(
         _mm512_and_si512(_mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vnat, in)), mask), half);
+    if (n == 64 && j + 64 - g0 <= gs) {
+      const __m512 sv = _mm512_set1_ps(scale[g]), zv = ZP ? _mm512_set1_ps(zp[g]) : _mm512_setzero_ps();
+      byte_chunk<N, O, ZP, false, NT>(_mm512_castsi512_si128(v), sv, zv, out, j, 0xFFFF);
+      byte_chunk<N, O, ZP, false, NT>(_mm512_extracti32x4_epi32(v, 1), sv, zv, out, j + 16, 0xFFFF);
+      byte_chunk<N, O, ZP, false, NT>(_mm512_extracti32x4_epi32(v, 2), sv, zv, out, j + 32, 0xFFFF);
+      byte_chunk<N, O, ZP, false, NT>(_mm512_extracti32x4_epi32(v, 3), sv, zv, out, j + 48, 0xFFFF);
+      continue;
+    }
     size_t gg = g, gg0 = g0;
     for (size_t c = j; c < j + n; c += 16, v = _mm512_alignr_epi32(v, v, 4)) {
       const size_t c1 = j + n - c < 16 ? j + n : c + 16;
