@@ -671,6 +671,7 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
   const __m512i mask = _mm512_set1_epi8(static_cast<char>((1u << bits) - 1));
   const __m512i half = _mm512_set1_epi8(static_cast<char>(1u << (bits - 1)));
   PackedTable pt{};
+  __m512 ft0 = _mm512_setzero_ps(), ft1 = ft0;  // f32 output's table
   const ByteTable* bt = nullptr;
   int kind = 0;
   size_t g = 0, g0 = 0, tg = ~size_t(0);  // group g = columns [g0, g0 + gs); tg: the group of the table held
@@ -710,6 +711,36 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
           byte_lookup<NT>(*bt, _mm512_sub_epi8(u, half), static_cast<uint16_t*>(out) + j, n);
           continue;
         }
+      }
+    } else {
+      // f32 output, <= 5 bits: the group's 2^b outputs (byte_chunk's products, natural_image) in one or
+      // two registers, vpermps / vpermt2ps over the codes widened to dwords.
+      const size_t g1 = cols - g0 > gs ? g0 + gs : cols;
+      if (bits <= 5 && j + n <= g1) {
+        if (tg != g) {
+          const __m512 s = _mm512_set1_ps(scale[g]);
+          __m512 p0 = _mm512_add_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                    _mm512_set1_ps(-static_cast<float>(1 << (bits - 1))));
+          __m512 p1 = _mm512_add_ps(p0, _mm512_set1_ps(16.f));
+          if constexpr (ZP) {
+            p0 = _mm512_sub_ps(p0, _mm512_set1_ps(zp[g]));
+            p1 = _mm512_sub_ps(p1, _mm512_set1_ps(zp[g]));
+          }
+          ft0 = natural_image<N>(_mm512_mul_ps(p0, s));
+          ft1 = natural_image<N>(_mm512_mul_ps(p1, s));
+          tg = g;
+        }
+        const __m512i u = _mm512_and_si512(_mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vnat, in)), mask);
+        float* o = static_cast<float*>(out) + j;
+        const __m128i q[4] = {_mm512_castsi512_si128(u), _mm512_extracti32x4_epi32(u, 1),
+                              _mm512_extracti32x4_epi32(u, 2), _mm512_extracti32x4_epi32(u, 3)};
+        for (unsigned k = 0; k < 4 && 16 * k < n; ++k) {
+          const __m512i idx = _mm512_cvtepu8_epi32(q[k]);
+          const __m512 v = bits <= 4 ? _mm512_permutexvar_ps(idx, ft0) : _mm512_permutex2var_ps(ft0, idx, ft1);
+          if (n - 16 * k >= 16) put512<NT>(o + 16 * k, v);
+          else _mm512_mask_storeu_ps(o + 16 * k, static_cast<__mmask16>(_bzhi_u32(~0u, n - 16 * k)), v);
+        }
+        continue;
       }
     }
     // No table: byte_chunk on each 16 columns, once per group among them (masked stores); a step
