@@ -551,14 +551,22 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
 // times the scale, then pair_table16 -- the f32 operations of byte_chunk and the roundings of
 // out_bf16_hi / out_f16, so the words are the 8-bit kernel's bits -- packs 32 entries into 32
 // words; vpermb / vpermi2b on the even and the odd bytes split them into the two tables.
+// Lanes 0..15 as f32 codes, modulo 2^b for b <= 4: a table built from them repeats its 2^b
+// entries over every lane, so lookups may use the unpacked bytes' bits above b unmasked (vpermb
+// reads index bits 5:0, vpermi2b 6:0, vpermps 3:0, vpermt2ps 4:0; larger tables have 2^b lanes of
+// their own, 32 entries repeat in the upper half of a 64-byte table).
+inline __m512 table_codes(unsigned bits) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return _mm512_cvtepi32_ps(bits <= 4 ? _mm512_and_si512(lane, _mm512_set1_epi32((1 << bits) - 1)) : lane);
+}
 struct PackedTable {
   __m512i lo[4], hi[4];
 };
 template <Kind N, Kind O, bool ZP>
 [[gnu::always_inline]] inline __m512i table_words(unsigned bits, unsigned k, __m512 s,
                                                   __m512 z) {  // words of entries 32k..32k+31
-  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  __m512 p0 = _mm512_add_ps(iota, _mm512_set1_ps(static_cast<float>(static_cast<int>(32 * k) - (1 << (bits - 1)))));
+  __m512 p0 = _mm512_add_ps(table_codes(bits),
+                            _mm512_set1_ps(static_cast<float>(static_cast<int>(32 * k) - (1 << (bits - 1)))));
   __m512 p1 = _mm512_add_ps(p0, _mm512_set1_ps(16.f));  // exact: small integers
   if constexpr (ZP) {
     p0 = _mm512_sub_ps(p0, z);
@@ -577,8 +585,7 @@ template <Kind N, Kind O, bool ZP>
   const __m512i even = _mm512_load_si512(kEven), odd = _mm512_add_epi8(even, _mm512_set1_epi8(1));
   PackedTable t;
   if (O == kBF16 && bits <= 5) {  // bytes 2 and 3 of the dwords of out_bf16_hi, without packing words first
-    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    __m512 p0 = _mm512_add_ps(iota, _mm512_set1_ps(-static_cast<float>(1 << (bits - 1))));
+    __m512 p0 = _mm512_add_ps(table_codes(bits), _mm512_set1_ps(-static_cast<float>(1 << (bits - 1))));
     __m512 p1 = _mm512_add_ps(p0, _mm512_set1_ps(16.f));
     if constexpr (ZP) {
       p0 = _mm512_sub_ps(p0, z);
@@ -700,8 +707,8 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
           tg = g;
         }
         if (kind == 1) {
-          const __m512i u =
-              _mm512_and_si512(_mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vil, in)), mask);
+          // Unmasked: the table repeats its 2^b entries over the index bits the lookup reads.
+          const __m512i u = _mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vil, in));
           packed_lookup<NT>(pt, bits, u, static_cast<uint16_t*>(out) + j, n);
           continue;
         }
@@ -719,8 +726,7 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
       if (bits <= 5 && j + n <= g1) {
         if (tg != g) {
           const __m512 s = _mm512_set1_ps(scale[g]);
-          __m512 p0 = _mm512_add_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                    _mm512_set1_ps(-static_cast<float>(1 << (bits - 1))));
+          __m512 p0 = _mm512_add_ps(table_codes(bits), _mm512_set1_ps(-static_cast<float>(1 << (bits - 1))));
           __m512 p1 = _mm512_add_ps(p0, _mm512_set1_ps(16.f));
           if constexpr (ZP) {
             p0 = _mm512_sub_ps(p0, _mm512_set1_ps(zp[g]));
@@ -730,7 +736,7 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
           ft1 = natural_image<N>(_mm512_mul_ps(p1, s));
           tg = g;
         }
-        const __m512i u = _mm512_and_si512(_mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vnat, in)), mask);
+        const __m512i u = _mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vnat, in));  // unmasked, as above
         float* o = static_cast<float*>(out) + j;
         const __m128i q[4] = {_mm512_castsi512_si128(u), _mm512_extracti32x4_epi32(u, 1),
                               _mm512_extracti32x4_epi32(u, 2), _mm512_extracti32x4_epi32(u, 3)};
