@@ -536,8 +536,8 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
 // compressed_tensors/compressors/pack_quantized/helpers.py `unpack_from_int32`), 64 per step, unpacked
 // in registers as unpack_int8 does: vpermb gathers the 8 * b bytes of codes 8k..8k+7 into qword
 // q, vpmultishiftqb takes each code's 8 bits at bit i*b into byte i, an AND keeps b of them (u =
-// 0..2^b-1). The values u - 2^(b-1) are then the int8 weights of byte_run: a 64-column step inside
-// one group looks up the group's 2^b outputs, computed by byte_chunk itself (the same bits by
+// 0..2^b-1; table lookups skip it, see table_codes). The values u - 2^(b-1) are then the int8 weights of byte_run: a
+// 64-column step inside one group looks up the group's 2^b outputs, computed by byte_chunk itself (the same bits by
 // construction); other steps run byte_chunk on each 16 columns, one call per group they touch.
 
 // Tables indexed by u: the low and the high bytes of the 2^b output words, looked up with one
@@ -546,11 +546,12 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
 // 6, 3, 7 (of the eight 8-code runs), so that unpacklo/unpackhi_epi8 of the two looked-up byte
 // vectors give columns 0-31 and 32-63 in order.
 //
-// The table is built in registers (a store and reload of it measured slower than the lookups it
-// serves at group size 128): entry e's value e - 2^(b-1) as f32 (exact), minus the zero point,
-// times the scale, then pair_table16 -- the f32 operations of byte_chunk and the roundings of
+// The table is built in registers (a first version stored byte_chunk's words and reloaded them;
+// at group size 128 that build cost more than the group's lookups): entry e's value e - 2^(b-1) as f32 (exact), minus
+// the zero point, times the scale, then pair_table16 -- the f32 operations of byte_chunk and the roundings of
 // out_bf16_hi / out_f16, so the words are the 8-bit kernel's bits -- packs 32 entries into 32
 // words; vpermb / vpermi2b on the even and the odd bytes split them into the two tables.
+//
 // Lanes 0..15 as f32 codes, modulo 2^b for b <= 4: a table built from them repeats its 2^b
 // entries over every lane, so lookups may use the unpacked bytes' bits above b unmasked (vpermb
 // reads index bits 5:0, vpermi2b 6:0, vpermps 3:0, vpermt2ps 4:0; larger tables have 2^b lanes of
@@ -573,7 +574,7 @@ template <Kind N, Kind O, bool ZP>
     p1 = _mm512_sub_ps(p1, z);
   }
   p0 = _mm512_mul_ps(p0, s);
-  p1 = bits <= 4 ? p0 : _mm512_mul_ps(p1, s);  // 16 entries: words 16-31 never looked up
+  p1 = bits <= 4 ? p0 : _mm512_mul_ps(p1, s);  // 16 entries: words 16-31 repeat 0-15 (table_codes)
   return pair_table16<N, O>(p0, p1);
 }
 template <Kind N, Kind O, bool ZP>
@@ -594,7 +595,7 @@ template <Kind N, Kind O, bool ZP>
     const __m512i d0 = out_bf16_hi<N>(_mm512_mul_ps(p0, s));
     const __m512i b2 = _mm512_add_epi8(_mm512_add_epi8(even, even), _mm512_set1_epi8(2)),
                   b3 = _mm512_add_epi8(b2, _mm512_set1_epi8(1));
-    if (bits <= 4) {  // vpermb reads index bits 5:0: entries 16-63 repeat 0-15 (never looked up)
+    if (bits <= 4) {  // vpermb reads index bits 5:0: entries 16-63 repeat 0-15 (table_codes)
       t.lo[0] = _mm512_permutexvar_epi8(b2, d0);
       t.hi[0] = _mm512_permutexvar_epi8(b3, d0);
     } else {
@@ -604,7 +605,7 @@ template <Kind N, Kind O, bool ZP>
     }
     return t;
   }
-  if (bits <= 5) {  // 32 words; vpermb reads index bits 5:0, so table bytes 32-63 repeat words 0-31 (unused)
+  if (bits <= 5) {  // 32 words; vpermb reads index bits 5:0, so table bytes 32-63 repeat words 0-31
     const __m512i w = table_words<N, O, ZP>(bits, 0, s, z);
     t.lo[0] = _mm512_permutexvar_epi8(even, w);
     t.hi[0] = _mm512_permutexvar_epi8(odd, w);
@@ -663,6 +664,13 @@ inline int packed_table_kind(unsigned bits, size_t len, bool memo) {
   return len >= (bits == 7 ? 128u : 256u) ? 1 : 0;
 }
 
+// The unpacked bytes of a step, in the order `idx` gathers (vpermb + vpmultishiftqb, unmasked); 8-bit
+// codes are the bytes themselves, so only the order (natural: none) remains to do.
+inline __m512i step_codes(__m512i in, unsigned bits, __m512i idx, __m512i ctl, bool natural) {
+  if (bits == 8) return natural ? in : _mm512_permutexvar_epi8(idx, in);
+  return _mm512_multishift_epi64_epi8(ctl, _mm512_permutexvar_epi8(idx, in));
+}
+
 template <Kind N, Kind O, bool ZP, bool NT>
 void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp, size_t gs,
                 void* memo, void* out) {
@@ -708,13 +716,12 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
         }
         if (kind == 1) {
           // Unmasked: the table repeats its 2^b entries over the index bits the lookup reads.
-          const __m512i u = _mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vil, in));
+          const __m512i u = step_codes(in, bits, vil, vctl, false);
           packed_lookup<NT>(pt, bits, u, static_cast<uint16_t*>(out) + j, n);
           continue;
         }
         if (kind == 2) {
-          const __m512i u =
-              _mm512_and_si512(_mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vnat, in)), mask);
+          const __m512i u = _mm512_and_si512(step_codes(in, bits, vnat, vctl, true), mask);
           byte_lookup<NT>(*bt, _mm512_sub_epi8(u, half), static_cast<uint16_t*>(out) + j, n);
           continue;
         }
@@ -751,8 +758,7 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
     }
     // No table: byte_chunk on each 16 columns, once per group among them (masked stores); a step
     // inside one group (7 and 8 bits at group size 128) without the per-chunk group search.
-    __m512i v = _mm512_sub_epi8(
-        _mm512_and_si512(_mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vnat, in)), mask), half);
+    __m512i v = _mm512_sub_epi8(_mm512_and_si512(step_codes(in, bits, vnat, vctl, true), mask), half);
     if (n == 64 && j + 64 - g0 <= gs) {
       const __m512 sv = _mm512_set1_ps(scale[g]), zv = ZP ? _mm512_set1_ps(zp[g]) : _mm512_setzero_ps();
       byte_chunk<N, O, ZP, false, NT>(_mm512_castsi512_si128(v), sv, zv, out, j, 0xFFFF);
