@@ -1,7 +1,7 @@
-// AVX-512 (F/BW/VL/DQ/VBMI/VBMI2) bitmask-expand, fused 4-bit and fused 8-bit dequant kernels. Bit-exact with the
-// scalar references in codecs/bitmask.cpp and codecs/dequant.cpp (tests/unit/test_codecs_simd.cpp).
-// Never reads a value, mask or packed byte the scalar kernel would not read (plain loads only
-// where the row's data covers them, masked loads otherwise), never writes past `cols` elements.
+// AVX-512 (F/BW/VL/DQ/VBMI/VBMI2) bitmask-expand, fused 4-bit, 8-bit and packed int1-8 dequant kernels. Bit-exact with
+// the scalar references in codecs/bitmask.cpp and codecs/dequant.cpp (tests/unit/test_codecs_simd.cpp). Never reads a
+// value, mask or packed byte the scalar kernel would not read (plain loads only where the row's data covers them,
+// masked loads otherwise), never writes past `cols` elements.
 //
 // Includes: dequant.hpp is needed for the DequantSpec / DType definitions only (an aggregate and
 // an enum); nothing from the C++ library it pulls in is used here, so no inline library code is
