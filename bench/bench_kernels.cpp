@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -226,27 +227,39 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
 
 // pack-quantized int2..int8 but int4 (the 0.18+ dense packing), group 128, bf16 scales: what the
 // reader runs for them: the row's codes unpacked to int8 values, then the fused 8-bit kernel.
-void BM_dequant_packed(benchmark::State& st, unsigned bits, Isa isa) {
+void BM_dequant_packed(benchmark::State& st, unsigned bits, size_t cols, DType d, bool two_pass, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
-  constexpr size_t kGroup = 128, groups = kCols / kGroup;
-  const size_t row_bytes = detail::packed_words(kCols, bits, true) * 4;
+  constexpr size_t kGroup = 128;
+  const size_t groups = cols / kGroup, n_out = kRows * cols;
+  const size_t row_bytes = detail::packed_words(cols, bits, true) * 4, osz = dtype_bits(d) / 8;
   std::mt19937 rng(5);
   std::vector<uint8_t> packed(kRows * row_bytes);
   for (auto& b : packed) b = static_cast<uint8_t>(rng());
   std::uniform_real_distribution<float> sd(0.001f, 0.02f);
   std::vector<float> scale(kRows * groups);
   for (auto& s : scale) s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(sd(rng)))));
-  std::vector<std::byte> out(kN * 2);
-  const codecs::DequantSpec spec{DType::BF16, DType::BF16, kGroup, true, out.size() >= codecs::kStreamStoresFrom};
-  const auto unpack = codecs::unpack_int8_kernel(isa);
+  // A 64-byte aligned output, as a torch tensor's (the non-temporal stores take aligned lines
+  // only; a vector of this size sits 16 bytes past a page boundary).
+  std::vector<std::byte> outv(n_out * osz + 64);
+  const std::span<std::byte> out(
+      reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(outv.data()) + 63) & ~uintptr_t(63)), n_out * osz);
+  const codecs::DequantSpec spec{DType::BF16, d, kGroup, true, out.size() >= codecs::kStreamStoresFrom};
+  const auto fused = codecs::dequant_packed_kernel(isa);  // what the reader calls
+  const auto unpack = codecs::unpack_int8_kernel(isa);    // two_pass: the composition it replaced
   const auto dequant = codecs::dequant_byte_kernel(isa);
   for (auto _ : st) {
     split(threads, kRows, [&](size_t b, size_t n) {
-      thread_local std::vector<int8_t> codes(kCols);
+      thread_local std::vector<int8_t> codes;
+      codes.resize(cols);
       for (size_t r = b; r < b + n; ++r) {
-        unpack(packed.data() + r * row_bytes, bits, kCols, codes.data());
-        dequant(reinterpret_cast<const uint8_t*>(codes.data()), kCols, codecs::ByteCode::i8, scale.data() + r * groups,
-                nullptr, spec, nullptr, out.data() + r * kCols * 2);
+        if (!two_pass) {
+          fused(packed.data() + r * row_bytes, bits, cols, scale.data() + r * groups, nullptr, spec, nullptr,
+                out.data() + r * cols * osz);
+          continue;
+        }
+        unpack(packed.data() + r * row_bytes, bits, cols, codes.data());
+        dequant(reinterpret_cast<const uint8_t*>(codes.data()), cols, codecs::ByteCode::i8, scale.data() + r * groups,
+                nullptr, spec, nullptr, out.data() + r * cols * osz);
       }
     });
     benchmark::DoNotOptimize(out.data());
@@ -373,9 +386,24 @@ void register_kernels() {
           isa != Isa::scalar);
     add("BM_bitmask_bf16/sparse50_4096x4096", [isa](benchmark::State& st) { BM_bitmask_bf16(st, false, isa); });
     add("BM_bitmask_bf16/sparse24_4096x4096", [isa](benchmark::State& st) { BM_bitmask_bf16(st, true, isa); });
-    for (unsigned bits : {2u, 3u, 5u, 8u})
-      add("BM_dequant_packed/int" + std::to_string(bits) + "_g128_bf16_4096x4096",
-          [bits, isa](benchmark::State& st) { BM_dequant_packed(st, bits, isa); });
+    // BM_dequant_packed: the fused kernel (the reader's path); BM_dequant_packed_2pass: unpack_int8
+    // then the 8-bit kernel, the path it replaced (same binary, for A/B).
+    struct Packed {
+      unsigned bits;
+      DType d;
+      const char* out;
+      size_t cols = kCols;
+    };
+    for (const Packed c :
+         {Packed{2, DType::BF16, "bf16"}, Packed{3, DType::BF16, "bf16"}, Packed{5, DType::BF16, "bf16"},
+          Packed{6, DType::BF16, "bf16"}, Packed{7, DType::BF16, "bf16"}, Packed{8, DType::BF16, "bf16"},
+          Packed{3, DType::F16, "f16"}, Packed{6, DType::F16, "f16"}, Packed{3, DType::F32, "bf16_to_f32"},
+          Packed{6, DType::F32, "bf16_to_f32"}, Packed{3, DType::BF16, "bf16", kColsWide},
+          Packed{6, DType::BF16, "bf16", kColsWide}})
+      for (bool two_pass : {false, true})
+        add(std::string(two_pass ? "BM_dequant_packed_2pass" : "BM_dequant_packed") + "/int" + std::to_string(c.bits) +
+                "_g128_" + c.out + "_4096x" + std::to_string(c.cols),
+            [c, two_pass, isa](benchmark::State& st) { BM_dequant_packed(st, c.bits, c.cols, c.d, two_pass, isa); });
   }
 }
 

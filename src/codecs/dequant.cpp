@@ -101,14 +101,35 @@ void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) 
   const uint64_t mask = (1u << bits) - 1, nbytes = (cols * bits + 7) / 8;
   size_t i = 0;
   // A 64-bit little-endian window at the code's byte while 8 bytes of the row remain there (the
-  // stream is little-endian words, so its bits are little-endian bytes), then int_code() itself.
+  // stream is little-endian words, so its bits are little-endian bytes), then the last codes below.
   for (; i < cols && (i * bits) / 8 + 8 <= nbytes; ++i) {
     const uint64_t bit = i * bits;
     out[i] = static_cast<int8_t>(static_cast<int32_t>((load_le64(words + bit / 8) >> (bit % 8)) & mask) - half);
   }
-  for (; i < cols; ++i) out[i] = static_cast<int8_t>(static_cast<int32_t>(int_code(words, 4, bits, true, i)) - half);
+  // The last codes byte by byte (a code spans at most two bytes), never past the row's bytes:
+  // int_code() would load whole int32 words, and a row window (the reader's) may start mid-word.
+  for (; i < cols; ++i) {
+    const uint64_t bit = i * bits, k = bit / 8;
+    const uint32_t v = words[k] | (k + 1 < nbytes ? static_cast<uint32_t>(words[k + 1]) << 8 : 0u);
+    out[i] = static_cast<int8_t>(static_cast<int32_t>((v >> (bit % 8)) & mask) - half);
+  }
+}
+void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
+                    const DequantSpec& spec, void* memo, void* out) noexcept {
+  dequant_packed_two_pass(unpack_int8, dequant_byte, words, bits, cols, scale, zp, spec, memo, out);
 }
 }  // namespace scalar
+
+void dequant_packed_two_pass(void (*unpack)(const uint8_t*, unsigned, size_t, int8_t*) noexcept,
+                             void (*byte)(const uint8_t*, size_t, ByteCode, const float*, const float*,
+                                          const DequantSpec&, void*, void*) noexcept,
+                             const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
+                             const DequantSpec& spec, void* memo, void* out) noexcept {
+  thread_local std::vector<int8_t> codes;
+  codes.resize(cols);
+  unpack(words, bits, cols, codes.data());
+  byte(reinterpret_cast<const uint8_t*>(codes.data()), cols, ByteCode::i8, scale, zp, spec, memo, out);
+}
 
 void unpack_int_row(const uint8_t* words, unsigned bits, bool dense, size_t cols, float* out) noexcept {
   for (size_t i = 0; i < cols; ++i) out[i] = int_code_value(int_code(words, 4, bits, dense, i), bits);

@@ -72,9 +72,19 @@ void unpack_int_row(const uint8_t* words, unsigned bits, bool dense, size_t cols
 /// (code i at stream bits [i*b, i*b+b) of little-endian int32 words, unpack_from_int32) into their
 /// values u - 2^(bits-1) as int8, so the fused 8-bit kernel (ByteCode::i8) finishes the row with the
 /// arithmetic it applies to int8 weights (the same as dequant_f32_row over int_code_value()).
-/// `words` must hold detail::packed_words(cols, bits, true) words (the row's int32 words).
+/// Reads only the row's first ceil(cols * bits / 8) bytes (any alignment), so a row may start at
+/// any code whose first bit is on a byte.
 using UnpackInt8Fn = void (*)(const uint8_t* words, unsigned bits, size_t cols, int8_t* out);
 UnpackInt8Fn unpack_int8_kernel(Isa isa) noexcept;
+
+/// Fused kernel for one row of `bits`-wide (1..8) codes in the dense layout (as UnpackInt8Fn):
+/// the same bits as unpack_int8 followed by the 8-bit kernel (ByteCode::i8) over the values, in
+/// one pass: zp (may be null) holds integer zero points (spec.int_values), `memo` is the 8-bit
+/// kernel's (DequantByteFn; tables of the two kernels are interchangeable). Reads only the row's
+/// ceil(cols * bits / 8) bytes, writes only its `cols` outputs.
+using DequantPackedFn = void (*)(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
+                                 const DequantSpec& spec, void* memo, void* out);
+DequantPackedFn dequant_packed_kernel(Isa isa) noexcept;
 
 /// Stores f32 `v` rounded to S then converted to D at out[j] (the scalar tail of every kernel).
 void store_dequant(float v, const DequantSpec& spec, void* out, size_t j) noexcept;

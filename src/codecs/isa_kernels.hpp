@@ -10,6 +10,15 @@
 namespace ctstream::codecs {
 struct DequantSpec;
 enum class ByteCode : uint8_t;
+
+/// dequant_packed as two passes: `unpack` (an ISA's unpack_int8) into a per-thread int8 row, then
+/// `byte` (the same ISA's dequant_byte, ByteCode::i8). The entry of every ISA without a fused
+/// packed kernel, so that composition lives in one place (codecs/dequant.cpp).
+void dequant_packed_two_pass(void (*unpack)(const uint8_t*, unsigned, size_t, int8_t*) noexcept,
+                             void (*byte)(const uint8_t*, size_t, ByteCode, const float*, const float*,
+                                          const DequantSpec&, void*, void*) noexcept,
+                             const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
+                             const DequantSpec& spec, void* memo, void* out) noexcept;
 }  // namespace ctstream::codecs
 
 #define CTSTREAM_DECLARE_ISA_KERNELS                                                                               \
@@ -26,7 +35,9 @@ enum class ByteCode : uint8_t;
                       const ::ctstream::codecs::DequantSpec& spec, void* out) noexcept;                            \
   void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCode code, const float* scale,      \
                     const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept; \
-  void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) noexcept;
+  void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) noexcept;                        \
+  void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,       \
+                      const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept;
 
 namespace ctstream::codecs::scalar {
 CTSTREAM_DECLARE_ISA_KERNELS

@@ -9,7 +9,7 @@ namespace {
   Kernels {                                                                                                         \
     Isa::ISA, ISA::f32_to_bf16, ISA::f32_to_f16, ISA::bf16_to_f32, ISA::f16_to_f32, ISA::bf16_to_f16,               \
         ISA::f16_to_bf16, ISA::bitmask_expand_1, ISA::bitmask_expand_2, ISA::bitmask_expand_4, ISA::dequant_nibble, \
-        ISA::dequant_byte, ISA::unpack_int8                                                                         \
+        ISA::dequant_byte, ISA::unpack_int8, ISA::dequant_packed                                                    \
   }
 constexpr Kernels kScalar = CTSTREAM_KERNEL_TABLE(scalar);
 #if defined(__x86_64__)
@@ -65,5 +65,6 @@ BitmaskExpandFn bitmask_expand_kernel(unsigned elem_bytes, Isa isa) noexcept {
 DequantNibbleFn dequant_nibble_kernel(Isa isa) noexcept { return kernels(isa).dequant_nibble; }
 DequantByteFn dequant_byte_kernel(Isa isa) noexcept { return kernels(isa).dequant_byte; }
 UnpackInt8Fn unpack_int8_kernel(Isa isa) noexcept { return kernels(isa).unpack_int8; }
+DequantPackedFn dequant_packed_kernel(Isa isa) noexcept { return kernels(isa).dequant_packed; }
 
 }  // namespace ctstream::codecs

@@ -17,6 +17,7 @@ struct Kernels {
   DequantNibbleFn dequant_nibble;
   DequantByteFn dequant_byte;
   UnpackInt8Fn unpack_int8;
+  DequantPackedFn dequant_packed;
 
   /// The conversion kernel `src` -> `dst` (both F32/F16/BF16, different); nullptr otherwise.
   ConvertFn convert(DType src, DType dst) const noexcept;

@@ -246,17 +246,30 @@ class PackedIntDecoder final : public ScaledDecoder {
  private:
   bool fused() const { return bits_ == 4 && gidx_.empty(); }
   // Other widths in the dense layout (the <= 0.17 one is the same for 1, 2 and 8 bits): the row's
-  // codes become int8 values (u - 2^(b-1)) and the fused 8-bit kernel finishes them as int8 weights.
+  // codes are int8 values (u - 2^(b-1)) that the fused packed kernel dequantizes as the 8-bit
+  // kernel does int8 weights.
   bool as_int8() const { return bits_ != 4 && gidx_.empty() && (dense_ || 32 % bits_ == 0); }
-  // Columns [c0, c1) of row r; false when c0 is not on a group boundary or the 8-bit kernel does
-  // not apply (zero points whose subtraction rounds).
+  // Columns [c0, c1) of row r; false when c0 is not on a group boundary or the 8-bit kernel's
+  // arithmetic does not apply (zero points whose subtraction rounds).
   bool int8_codes(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const {
     const auto goff = scales_.window_offset(c0, cols_);
     if (!goff) return false;
-    thread_local ReadWindow sw;
+    const float* zp = scales_.zp_row(r);
+    if (!fused_byte_code(DType::I8, zp, spec_)) return false;
+    thread_local ReadWindow sw, ss;
+    thread_local std::vector<float> sf;
+    const uint64_t bit0 = c0 * bits_;
+    if (bit0 % 8 == 0) {  // the window's codes start on a byte: read only their bytes, one fused pass
+      auto w = ck_.bytes(main_, r * row_bytes_ + bit0 / 8, ((c1 - c0) * bits_ + 7) / 8, sw, /*windowed=*/true);
+      k_.dequant_packed(reinterpret_cast<const uint8_t*>(w.data()), bits_, c1 - c0, scales_.row(r, sf, ss) + *goff,
+                        zp ? zp + *goff : nullptr, spec_, byte_memo(memo_), out);
+      return true;
+    }
+    // A window starting mid-byte (a group size that is not a multiple of 8): the codes up to c1
+    // unpacked, then the 8-bit kernel over [c0, c1).
     thread_local std::vector<int8_t> codes;
     auto w = ck_.bytes(main_, r * row_bytes_, row_bytes_, sw, /*windowed=*/true);
-    codes.resize(cols_);
+    codes.resize(c1);
     k_.unpack_int8(reinterpret_cast<const uint8_t*>(w.data()), bits_, c1, codes.data());
     return byte_codes(r, reinterpret_cast<const std::byte*>(codes.data() + c0), DType::I8, c1 - c0, *goff, out);
   }

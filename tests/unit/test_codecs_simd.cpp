@@ -180,10 +180,11 @@ std::vector<float> fp4_lut() {
 
 }  // namespace
 
-TEST_CASE("Packed int1-8 codes unpacked to int8 values: every ISA equals int_code(), reading only the row's words",
+TEST_CASE("Packed int1-8 codes unpacked to int8 values: every ISA equals int_code(), reading only the row's bytes",
           "[codecs][simd]") {
   // The reference is element.hpp's int_code() (itself checked against the library's packing by
-  // the [ct] fixtures); the row's int32 words end at a PROT_NONE page, so a read past them faults.
+  // the [ct] fixtures); the row's ceil(cols * bits / 8) bytes (not its whole int32 words: a row
+  // window may end mid-word) end at a PROT_NONE page, so a read past them faults.
   std::mt19937 rng(11);
   int calls = 0;
   for (unsigned bits = 1; bits <= 8; ++bits)
@@ -194,7 +195,7 @@ TEST_CASE("Packed int1-8 codes unpacked to int8 values: every ISA equals int_cod
       std::vector<int8_t> want(cols);
       for (size_t i = 0; i < cols; ++i)
         want[i] = static_cast<int8_t>(codecs::int_code_value(codecs::int_code(row.data(), 4, bits, true, i), bits));
-      const Guarded g(row.data(), row.size());
+      const Guarded g(row.data(), (cols * bits + 7) / 8);
       for (Isa isa : codecs::kAllIsas) {
         if (!codecs::isa_supported(isa)) continue;
         std::vector<int8_t> got(cols + 64, 0x55);
@@ -207,6 +208,72 @@ TEST_CASE("Packed int1-8 codes unpacked to int8 values: every ISA equals int_cod
       }
     }
   REQUIRE(calls >= 8 * 13);
+}
+
+TEST_CASE(
+    "Fused packed int1-8 dequant: every ISA equals dequant_f32_row over unpack_int_row, reading only the row's bytes",
+    "[codecs][simd]") {
+  // The reference is the generic path the [ct] fixtures validate against the library:
+  // unpack_int_row's f32 values (int_code()) through dequant_f32_row. The kernel gets only the
+  // row's ceil(cols * bits / 8) bytes, ending at a PROT_NONE page (a row window of the reader
+  // starts at a byte inside a word and ends where its codes do); its outputs carry a sentinel tail.
+  // Group sizes: 1 / 16 / 32 / 100 split 64-column steps (byte_chunk per group); 128 / 512 / cols
+  // hold whole steps (tables; 7 and 8 bits: from 256 / 512 columns, or 64 with a memo).
+  std::mt19937_64 rng(30);
+  const DType types[] = {DType::BF16, DType::F16, DType::F32};
+  std::vector<std::byte> memo(codecs::kDequantByteMemoBytes);
+  int calls = 0;
+  for (unsigned bits = 1; bits <= 8; ++bits)
+    for (size_t cols : {size_t(1), size_t(9), size_t(63), size_t(64), size_t(65), size_t(127), size_t(128), size_t(129),
+                        size_t(300), size_t(1000), size_t(4096 + 37)}) {
+      const size_t nbytes = (cols * bits + 7) / 8;
+      std::vector<uint8_t> words(detail::packed_words(cols, bits, true) * 4);
+      for (auto& b : words) b = static_cast<uint8_t>(rng());
+      std::vector<float> x(cols);
+      codecs::unpack_int_row(words.data(), bits, true, cols, x.data());
+      const Guarded gwords(words.data(), nbytes);
+      for (uint64_t gs :
+           {uint64_t(1), uint64_t(16), uint64_t(32), uint64_t(100), uint64_t(128), uint64_t(512), uint64_t(0)}) {
+        const uint64_t g = gs ? gs : cols;
+        if (g > cols && gs) continue;  // the same as gs = cols
+        const size_t ngroups = (cols + g - 1) / g;
+        std::vector<float> scale(ngroups), zp(ngroups);
+        for (auto& s : scale) s = random_scale(rng);
+        const int zrange = 1 << bits;  // zero points of the codes' range (and around it)
+        for (auto& z : zp) z = static_cast<float>(static_cast<int>(rng() % (2 * zrange)) - zrange);
+        const Guarded gscale(scale.data(), scale.size() * 4), gzp(zp.data(), zp.size() * 4);
+        for (bool with_zp : {false, true})
+          for (DType nat : types)
+            for (DType out : types) {
+              const codecs::DequantSpec spec{nat, out, g, true};
+              const size_t osz = dtype_bits(out) / 8;
+              std::vector<unsigned char> want(cols * osz + 64, 0xAB);
+              codecs::dequant_f32_row(x.data(), cols, scale.data(), with_zp ? zp.data() : nullptr, nullptr, spec,
+                                      Isa::scalar, want.data());
+              for (Isa isa : codecs::kAllIsas) {
+                if (!codecs::isa_supported(isa)) continue;
+                for (int pass = 0; pass < 5; ++pass) {  // no memo, memo built, memo hit; streaming, aligned and not
+                  codecs::DequantSpec sp = spec;
+                  sp.stream = pass >= 3;
+                  OutBuf ob(cols * osz + 64, pass == 4 ? osz : 0);
+                  codecs::dequant_packed_kernel(isa)(gwords.get<uint8_t>(), bits, cols, gscale.get<float>(),
+                                                     with_zp ? gzp.get<float>() : nullptr, sp,
+                                                     pass == 0 || pass == 3 ? nullptr : memo.data(), ob.p);
+                  ++calls;
+                  INFO(codecs::isa_name(isa) << " bits " << bits << " cols " << cols << " gs " << g << " zp " << with_zp
+                                             << " " << dtype_name(nat) << "->" << dtype_name(out) << " pass " << pass);
+                  CHECK(ob.untouched_before());
+                  const auto got = ob.row(cols * osz + 64);
+                  size_t bad = SIZE_MAX;
+                  for (size_t k = 0; k < got.size() && bad == SIZE_MAX; ++k)
+                    if (got[k] != want[k]) bad = k / osz;
+                  if (bad != SIZE_MAX) FAIL_CHECK("column " << bad << " differs");
+                }
+              }
+            }
+      }
+    }
+  REQUIRE(calls >= 8 * 11 * 5 * 2 * 9 * 5);
 }
 
 TEST_CASE("SIMD fused nibble dequant equals the scalar reference", "[codecs][simd]") {

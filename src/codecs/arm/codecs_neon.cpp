@@ -237,5 +237,9 @@ void dequant_byte(const uint8_t* codes, size_t cols, ByteCode code, const float*
 void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) noexcept {
   ::ctstream::codecs::scalar::unpack_int8(words, bits, cols, out);
 }
+void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
+                    const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept {
+  ::ctstream::codecs::dequant_packed_two_pass(unpack_int8, dequant_byte, words, bits, cols, scale, zp, spec, memo, out);
+}
 
 }  // namespace ctstream::codecs::neon

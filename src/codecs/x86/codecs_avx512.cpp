@@ -1,7 +1,7 @@
-// AVX-512 (F/BW/VL/DQ/VBMI/VBMI2) bitmask-expand, fused 4-bit and fused 8-bit dequant kernels. Bit-exact with the
-// scalar references in codecs/bitmask.cpp and codecs/dequant.cpp (tests/unit/test_codecs_simd.cpp).
-// Never reads a value, mask or packed byte the scalar kernel would not read (plain loads only
-// where the row's data covers them, masked loads otherwise), never writes past `cols` elements.
+// AVX-512 (F/BW/VL/DQ/VBMI/VBMI2) bitmask-expand, fused 4-bit, 8-bit and packed int1-8 dequant kernels. Bit-exact with
+// the scalar references in codecs/bitmask.cpp and codecs/dequant.cpp (tests/unit/test_codecs_simd.cpp). Never reads a
+// value, mask or packed byte the scalar kernel would not read (plain loads only where the row's data covers them,
+// masked loads otherwise), never writes past `cols` elements.
 //
 // Includes: dequant.hpp is needed for the DequantSpec / DType definitions only (an aggregate and
 // an enum); nothing from the C++ library it pulls in is used here, so no inline library code is
@@ -418,8 +418,10 @@ inline void byte_chunk(__m128i bytes, __m512 s, __m512 z, void* out, size_t j, _
 struct ByteTable {
   __m512i lo[4], hi[4];
 };
+// Always inlined, as it was before packed_run called it too: an out-of-line copy makes GCC 12 report
+// the intrinsics' own _mm*_undefined_*() initializations as uninitialized (GCC PR 105593).
 template <Kind N, Kind O, bool ZP, bool E4M3>
-inline ByteTable byte_table(__m512 s, __m512 z) {
+[[gnu::always_inline]] inline ByteTable byte_table(__m512 s, __m512 z) {
   alignas(64) uint16_t words[256];
   for (unsigned q = 0; q < 16; ++q) {
     const __m128i codes = _mm_add_epi8(_mm_set1_epi8(static_cast<char>(16 * q)),
@@ -528,6 +530,264 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
   if constexpr (NT) _mm_sfence();
 }
 
+// ---------------------------------------------------------------- fused packed-int dequant
+//
+// Dense pack-quantized codes (code i at stream bits [i*b, i*b+b) of little-endian int32 words:
+// compressed_tensors/compressors/pack_quantized/helpers.py `unpack_from_int32`), 64 per step, unpacked
+// in registers as unpack_int8 does: vpermb gathers the 8 * b bytes of codes 8k..8k+7 into qword
+// q, vpmultishiftqb takes each code's 8 bits at bit i*b into byte i, an AND keeps b of them (u =
+// 0..2^b-1; table lookups skip it, see table_codes). The values u - 2^(b-1) are then the int8 weights of byte_run: a
+// 64-column step inside one group looks up the group's 2^b outputs, computed by byte_chunk itself (the same bits by
+// construction); other steps run byte_chunk on each 16 columns, one call per group they touch.
+
+// Tables indexed by u: the low and the high bytes of the 2^b output words, looked up with one
+// vpermb (b <= 6: 64 entries), vpermi2b (b = 7: 128) or two vpermi2b and a blend on the top bit
+// (b = 8: 256), for each of the two. Codes are gathered into qwords in the order 0, 4, 1, 5, 2,
+// 6, 3, 7 (of the eight 8-code runs), so that unpacklo/unpackhi_epi8 of the two looked-up byte
+// vectors give columns 0-31 and 32-63 in order.
+//
+// The table is built in registers (a first version stored byte_chunk's words and reloaded them;
+// at group size 128 that build cost more than the group's lookups): entry e's value e - 2^(b-1) as f32 (exact), minus
+// the zero point, times the scale, then pair_table16 -- the f32 operations of byte_chunk and the roundings of
+// out_bf16_hi / out_f16, so the words are the 8-bit kernel's bits -- packs 32 entries into 32
+// words; vpermb / vpermi2b on the even and the odd bytes split them into the two tables.
+//
+// Lanes 0..15 as f32 codes, modulo 2^b for b <= 4: a table built from them repeats its 2^b
+// entries over every lane, so lookups may use the unpacked bytes' bits above b unmasked (vpermb
+// reads index bits 5:0, vpermi2b 6:0, vpermps 3:0, vpermt2ps 4:0; larger tables have 2^b lanes of
+// their own, 32 entries repeat in the upper half of a 64-byte table).
+inline __m512 table_codes(unsigned bits) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return _mm512_cvtepi32_ps(bits <= 4 ? _mm512_and_si512(lane, _mm512_set1_epi32((1 << bits) - 1)) : lane);
+}
+struct PackedTable {
+  __m512i lo[4], hi[4];
+};
+template <Kind N, Kind O, bool ZP>
+[[gnu::always_inline]] inline __m512i table_words(unsigned bits, unsigned k, __m512 s,
+                                                  __m512 z) {  // words of entries 32k..32k+31
+  __m512 p0 = _mm512_add_ps(table_codes(bits),
+                            _mm512_set1_ps(static_cast<float>(static_cast<int>(32 * k) - (1 << (bits - 1)))));
+  __m512 p1 = _mm512_add_ps(p0, _mm512_set1_ps(16.f));  // exact: small integers
+  if constexpr (ZP) {
+    p0 = _mm512_sub_ps(p0, z);
+    p1 = _mm512_sub_ps(p1, z);
+  }
+  p0 = _mm512_mul_ps(p0, s);
+  p1 = bits <= 4 ? p0 : _mm512_mul_ps(p1, s);  // 16 entries: words 16-31 repeat 0-15 (table_codes)
+  return pair_table16<N, O>(p0, p1);
+}
+template <Kind N, Kind O, bool ZP>
+[[gnu::always_inline]] inline PackedTable packed_table(unsigned bits, __m512 s, __m512 z) {
+  alignas(64) static constexpr uint8_t kEven[64] = {
+      0,  2,  4,  6,  8,  10, 12,  14,  16,  18,  20,  22,  24,  26,  28,  30,  32,  34,  36,  38, 40, 42,
+      44, 46, 48, 50, 52, 54, 56,  58,  60,  62,  64,  66,  68,  70,  72,  74,  76,  78,  80,  82, 84, 86,
+      88, 90, 92, 94, 96, 98, 100, 102, 104, 106, 108, 110, 112, 114, 116, 118, 120, 122, 124, 126};
+  const __m512i even = _mm512_load_si512(kEven), odd = _mm512_add_epi8(even, _mm512_set1_epi8(1));
+  PackedTable t;
+  if (O == kBF16 && bits <= 5) {  // bytes 2 and 3 of the dwords of out_bf16_hi, without packing words first
+    __m512 p0 = _mm512_add_ps(table_codes(bits), _mm512_set1_ps(-static_cast<float>(1 << (bits - 1))));
+    __m512 p1 = _mm512_add_ps(p0, _mm512_set1_ps(16.f));
+    if constexpr (ZP) {
+      p0 = _mm512_sub_ps(p0, z);
+      p1 = _mm512_sub_ps(p1, z);
+    }
+    const __m512i d0 = out_bf16_hi<N>(_mm512_mul_ps(p0, s));
+    const __m512i b2 = _mm512_add_epi8(_mm512_add_epi8(even, even), _mm512_set1_epi8(2)),
+                  b3 = _mm512_add_epi8(b2, _mm512_set1_epi8(1));
+    if (bits <= 4) {  // vpermb reads index bits 5:0: entries 16-63 repeat 0-15 (table_codes)
+      t.lo[0] = _mm512_permutexvar_epi8(b2, d0);
+      t.hi[0] = _mm512_permutexvar_epi8(b3, d0);
+    } else {
+      const __m512i d1 = out_bf16_hi<N>(_mm512_mul_ps(p1, s));
+      t.lo[0] = _mm512_permutex2var_epi8(d0, b2, d1);
+      t.hi[0] = _mm512_permutex2var_epi8(d0, b3, d1);
+    }
+    return t;
+  }
+  if (bits <= 5) {  // 32 words; vpermb reads index bits 5:0, so table bytes 32-63 repeat words 0-31
+    const __m512i w = table_words<N, O, ZP>(bits, 0, s, z);
+    t.lo[0] = _mm512_permutexvar_epi8(even, w);
+    t.hi[0] = _mm512_permutexvar_epi8(odd, w);
+    return t;
+  }
+  for (unsigned k = 0; 2 * k < (1u << bits) / 32; ++k) {
+    const __m512i w0 = table_words<N, O, ZP>(bits, 2 * k, s, z), w1 = table_words<N, O, ZP>(bits, 2 * k + 1, s, z);
+    t.lo[k] = _mm512_permutex2var_epi8(w0, even, w1);
+    t.hi[k] = _mm512_permutex2var_epi8(w0, odd, w1);
+  }
+  return t;
+}
+// Up to 64 columns from u in the interleaved code order above (`n` of them valid) at o; R: table
+// registers of each of lo and hi (1: b <= 6, 2: b = 7, 4: b = 8).
+template <unsigned R, bool NT>
+[[gnu::always_inline]] inline void packed_lookup(const PackedTable& t, __m512i u, uint16_t* o, unsigned n) {
+  __m512i lo, hi;
+  if constexpr (R == 1) {
+    lo = _mm512_permutexvar_epi8(u, t.lo[0]);
+    hi = _mm512_permutexvar_epi8(u, t.hi[0]);
+  } else if constexpr (R == 2) {
+    lo = _mm512_permutex2var_epi8(t.lo[0], u, t.lo[1]);
+    hi = _mm512_permutex2var_epi8(t.hi[0], u, t.hi[1]);
+  } else {
+    const __mmask64 top = _mm512_movepi8_mask(u);
+    lo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.lo[0], u, t.lo[1]),
+                                _mm512_permutex2var_epi8(t.lo[2], u, t.lo[3]));
+    hi = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.hi[0], u, t.hi[1]),
+                                _mm512_permutex2var_epi8(t.hi[2], u, t.hi[3]));
+  }
+  const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
+  if (n == 64) {
+    put512<NT>(o, w0);
+    put512<NT>(o + 32, w1);
+  } else {
+    _mm512_mask_storeu_epi16(o, n >= 32 ? ~0u : _bzhi_u32(~0u, n), w0);
+    if (n > 32) _mm512_mask_storeu_epi16(o + 32, _bzhi_u32(~0u, n - 32), w1);
+  }
+}
+template <bool NT>
+[[gnu::always_inline]] inline void packed_lookup(const PackedTable& t, unsigned bits, __m512i u, uint16_t* o,
+                                                 unsigned n) {
+  if (bits <= 6) packed_lookup<1, NT>(t, u, o, n);
+  else if (bits == 7) packed_lookup<2, NT>(t, u, o, n);
+  else packed_lookup<4, NT>(t, u, o, n);
+}
+
+// How a 64-column step inside a group of `len` columns is looked up (16-bit outputs): 1 = a
+// PackedTable, 2 = the 8-bit kernel's memo ByteTable over the values, 0 = no table (byte_chunk,
+// 4 calls a step). A PackedTable of 2^b entries costs about 2^b / 16 such calls to build; at
+// group size 128 (bench/RESULTS.md, issue 30 packed kernel) 7 bits measured the same either way,
+// 8 bits about 1.4x faster without a table.
+inline int packed_table_kind(unsigned bits, size_t len, bool memo) {
+  if (bits <= 6) return 1;  // at most one step's worth, and the group holds a step
+  if (memo && len >= kMemoFrom) return 2;
+  return len >= (bits == 7 ? 128u : 256u) ? 1 : 0;
+}
+
+// The unpacked bytes of a step, in the order `idx` gathers (vpermb + vpmultishiftqb, unmasked); 8-bit
+// codes are the bytes themselves, so only the order (natural: none) remains to do.
+inline __m512i step_codes(__m512i in, unsigned bits, __m512i idx, __m512i ctl, bool natural) {
+  if (bits == 8) return natural ? in : _mm512_permutexvar_epi8(idx, in);
+  return _mm512_multishift_epi64_epi8(ctl, _mm512_permutexvar_epi8(idx, in));
+}
+
+template <Kind N, Kind O, bool ZP, bool NT>
+void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp, size_t gs,
+                void* memo, void* out) {
+  const uint64_t nbytes = (cols * bits + 7) / 8, step = 8ull * bits;
+  alignas(64) uint8_t nat[64], il[64], ctl[64];
+  for (unsigned q = 0; q < 64; ++q) {
+    const unsigned run = q / 8, il_run = run % 2 ? 4 + run / 2 : run / 2;  // interleaved order 0, 4, 1, 5, ...
+    nat[q] = static_cast<uint8_t>(run * bits + q % 8);
+    il[q] = static_cast<uint8_t>(il_run * bits + q % 8);
+    ctl[q] = static_cast<uint8_t>((q % 8) * bits);
+  }
+  const __m512i vnat = _mm512_load_si512(nat), vil = _mm512_load_si512(il), vctl = _mm512_load_si512(ctl);
+  const __m512i mask = _mm512_set1_epi8(static_cast<char>((1u << bits) - 1));
+  const __m512i half = _mm512_set1_epi8(static_cast<char>(1u << (bits - 1)));
+  PackedTable pt{};
+  __m512 ft0 = _mm512_setzero_ps(), ft1 = ft0;  // f32 output's table
+  const ByteTable* bt = nullptr;
+  int kind = 0;
+  size_t g = 0, g0 = 0, tg = ~size_t(0);  // group g = columns [g0, g0 + gs); tg: the group of the table held
+  for (size_t j = 0, b = 0; j < cols; j += 64, b += step) {
+    const unsigned n = cols - j < 64 ? static_cast<unsigned>(cols - j) : 64;
+    // A plain load while 64 of the row's bytes remain, else exactly the bytes of this step.
+    const __m512i in =
+        nbytes - b >= 64
+            ? _mm512_loadu_si512(words + b)
+            : _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, static_cast<unsigned>(nbytes - b < step ? nbytes - b : step)),
+                                      words + b);
+    while (j - g0 >= gs) {
+      ++g;
+      g0 += gs;
+    }
+    if constexpr (O != kF32) {
+      const size_t g1 = cols - g0 > gs ? g0 + gs : cols;
+      if (j + n <= g1) {
+        if (tg != g) {
+          kind = packed_table_kind(bits, g1 - g0, memo != nullptr);
+          if (kind) {
+            const __m512 s = _mm512_set1_ps(scale[g]), z = ZP ? _mm512_set1_ps(zp[g]) : _mm512_setzero_ps();
+            if (kind == 1) pt = packed_table<N, O, ZP>(bits, s, z);
+            else bt = &memo_table<N, O, ZP, false>(memo, g, scale[g], ZP ? zp[g] : 0.f, s, z);
+          }
+          tg = g;
+        }
+        if (kind == 1) {
+          // Unmasked: the table repeats its 2^b entries over the index bits the lookup reads.
+          const __m512i u = step_codes(in, bits, vil, vctl, false);
+          packed_lookup<NT>(pt, bits, u, static_cast<uint16_t*>(out) + j, n);
+          continue;
+        }
+        if (kind == 2) {
+          const __m512i u = _mm512_and_si512(step_codes(in, bits, vnat, vctl, true), mask);
+          byte_lookup<NT>(*bt, _mm512_sub_epi8(u, half), static_cast<uint16_t*>(out) + j, n);
+          continue;
+        }
+      }
+    } else {
+      // f32 output, <= 5 bits: the group's 2^b outputs (byte_chunk's products, natural_image) in one or
+      // two registers, vpermps / vpermt2ps over the codes widened to dwords.
+      const size_t g1 = cols - g0 > gs ? g0 + gs : cols;
+      if (bits <= 5 && j + n <= g1) {
+        if (tg != g) {
+          const __m512 s = _mm512_set1_ps(scale[g]);
+          __m512 p0 = _mm512_add_ps(table_codes(bits), _mm512_set1_ps(-static_cast<float>(1 << (bits - 1))));
+          __m512 p1 = _mm512_add_ps(p0, _mm512_set1_ps(16.f));
+          if constexpr (ZP) {
+            p0 = _mm512_sub_ps(p0, _mm512_set1_ps(zp[g]));
+            p1 = _mm512_sub_ps(p1, _mm512_set1_ps(zp[g]));
+          }
+          ft0 = natural_image<N>(_mm512_mul_ps(p0, s));
+          ft1 = natural_image<N>(_mm512_mul_ps(p1, s));
+          tg = g;
+        }
+        const __m512i u = _mm512_multishift_epi64_epi8(vctl, _mm512_permutexvar_epi8(vnat, in));  // unmasked, as above
+        float* o = static_cast<float*>(out) + j;
+        const __m128i q[4] = {_mm512_castsi512_si128(u), _mm512_extracti32x4_epi32(u, 1),
+                              _mm512_extracti32x4_epi32(u, 2), _mm512_extracti32x4_epi32(u, 3)};
+        for (unsigned k = 0; k < 4 && 16 * k < n; ++k) {
+          const __m512i idx = _mm512_cvtepu8_epi32(q[k]);
+          const __m512 v = bits <= 4 ? _mm512_permutexvar_ps(idx, ft0) : _mm512_permutex2var_ps(ft0, idx, ft1);
+          if (n - 16 * k >= 16) put512<NT>(o + 16 * k, v);
+          else _mm512_mask_storeu_ps(o + 16 * k, static_cast<__mmask16>(_bzhi_u32(~0u, n - 16 * k)), v);
+        }
+        continue;
+      }
+    }
+    // No table: byte_chunk on each 16 columns, once per group among them (masked stores); a step
+    // inside one group (7 and 8 bits at group size 128) without the per-chunk group search.
+    __m512i v = _mm512_sub_epi8(_mm512_and_si512(step_codes(in, bits, vnat, vctl, true), mask), half);
+    if (n == 64 && j + 64 - g0 <= gs) {
+      const __m512 sv = _mm512_set1_ps(scale[g]), zv = ZP ? _mm512_set1_ps(zp[g]) : _mm512_setzero_ps();
+      byte_chunk<N, O, ZP, false, NT>(_mm512_castsi512_si128(v), sv, zv, out, j, 0xFFFF);
+      byte_chunk<N, O, ZP, false, NT>(_mm512_extracti32x4_epi32(v, 1), sv, zv, out, j + 16, 0xFFFF);
+      byte_chunk<N, O, ZP, false, NT>(_mm512_extracti32x4_epi32(v, 2), sv, zv, out, j + 32, 0xFFFF);
+      byte_chunk<N, O, ZP, false, NT>(_mm512_extracti32x4_epi32(v, 3), sv, zv, out, j + 48, 0xFFFF);
+      continue;
+    }
+    size_t gg = g, gg0 = g0;
+    for (size_t c = j; c < j + n; c += 16, v = _mm512_alignr_epi32(v, v, 4)) {
+      const size_t c1 = j + n - c < 16 ? j + n : c + 16;
+      const __m128i x = _mm512_castsi512_si128(v);
+      for (size_t a = c; a < c1;) {
+        while (a - gg0 >= gs) {
+          ++gg;
+          gg0 += gs;
+        }
+        const size_t e = c1 - gg0 > gs ? gg0 + gs : c1;
+        const __mmask16 m = static_cast<__mmask16>(_bzhi_u32(~0u, static_cast<unsigned>(e - c)) &
+                                                   ~_bzhi_u32(~0u, static_cast<unsigned>(a - c)));
+        byte_chunk<N, O, ZP, false, NT>(x, _mm512_set1_ps(scale[gg]), ZP ? _mm512_set1_ps(zp[gg]) : _mm512_setzero_ps(),
+                                        out, c, m);
+        a = e;
+      }
+    }
+  }
+  if constexpr (NT) _mm_sfence();
+}
+
 }  // namespace
 
 size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o, bool stream) noexcept {
@@ -590,6 +850,19 @@ void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCod
           byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value,
                    decltype(nt)::value>(codes, cols, scale, zp, gs, memo, out);
         });
+      });
+    });
+  });
+}
+
+void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
+                    const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept {
+  const size_t gs = static_cast<size_t>(spec.group_size);
+  simd::with_kinds(spec, [&](auto n, auto o) {
+    simd::with_flag(zp != nullptr, [&](auto z) {
+      simd::with_flag(spec.stream, [&](auto nt) {
+        packed_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(nt)::value>(
+            words, bits, cols, scale, zp, gs, memo, out);
       });
     });
   });
