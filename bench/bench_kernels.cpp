@@ -55,6 +55,18 @@ void traffic(benchmark::State& st, double read, double written, int threads) {
   st.counters["threads"] = threads;
 }
 
+// A 64-byte aligned output of n bytes, as a torch tensor's storage: the kernels' non-temporal
+// stores take aligned lines only, and a std::vector this large sits 16 bytes past a page boundary.
+struct Output {
+  explicit Output(size_t n)
+      : buf(n + 64),
+        bytes(reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63)), n) {}
+  std::byte* data() const { return bytes.data(); }
+  size_t size() const { return bytes.size(); }
+  std::vector<std::byte> buf;
+  std::span<std::byte> bytes;
+};
+
 std::vector<std::byte> random_floats(DType d, size_t n) {
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.f, 0.02f);
@@ -139,7 +151,7 @@ void BM_store(benchmark::State& st, Store how) {
 void BM_convert(benchmark::State& st, DType src, DType dst, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
   const auto in = random_floats(src, kN);
-  std::vector<std::byte> out(kN * dtype_bits(dst) / 8);
+  Output out(kN * dtype_bits(dst) / 8);
   const auto fn = codecs::convert_kernel(src, dst, isa);
   const size_t isz = dtype_bits(src) / 8, osz = dtype_bits(dst) / 8;
   for (auto _ : st) {
@@ -156,7 +168,7 @@ void BM_convert(benchmark::State& st, DType src, DType dst, Isa isa) {
 // fp4 (nvfp4: group 16, fp8 scales; mxfp4: group 32, E8M0 scales): the same kernel with the E2M1
 // table; scale_bytes = the stored size of one scale.
 void BM_dequant_nibble(benchmark::State& st, size_t rows, size_t cols, bool with_zp, DType natural, DType dst, bool fp4,
-                       size_t kGroup, size_t scale_bytes, Isa isa) {
+                       size_t kGroup, size_t scale_bytes, Isa isa, bool plain_stores = false) {
   const int threads = static_cast<int>(st.range(0));
   const size_t groups = (cols + kGroup - 1) / kGroup;
   std::mt19937 rng(2);
@@ -168,9 +180,9 @@ void BM_dequant_nibble(benchmark::State& st, size_t rows, size_t cols, bool with
   for (auto& z : zp) z = static_cast<float>(rng() % 16);
   for (int i = 0; i < 16; ++i) lut[i] = fp4 ? codecs::e2m1_to_f32(static_cast<uint8_t>(i)) : static_cast<float>(i - 8);
   const size_t osz = dtype_bits(dst) / 8;
-  std::vector<std::byte> out(rows * cols * osz);
+  Output out(rows * cols * osz);
   const codecs::DequantSpec spec{natural, dst, kGroup, false,
-                                 out.size() >= codecs::kStreamStoresFrom};  // as the reader
+                                 !plain_stores && out.size() >= codecs::kStreamStoresFrom};  // as the reader
   const auto fn = codecs::dequant_nibble_kernel(isa);
   for (auto _ : st) {
     split(threads, rows, [&](size_t b, size_t n) {
@@ -192,7 +204,7 @@ void BM_dequant_nibble(benchmark::State& st, size_t rows, size_t cols, bool with
 // AVX-512), or groups of `group` columns whose scales repeat for `block_rows` rows (fp8 128x128
 // blocks: the kernel gets a per-thread table memo, as the reader gives it for block weights).
 void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::ByteCode code, size_t group,
-                     size_t block_rows, DType dst, Isa isa) {
+                     size_t block_rows, DType dst, Isa isa, bool plain_stores = false) {
   const int threads = static_cast<int>(st.range(0));
   const size_t gs = group ? group : cols, groups = (cols + gs - 1) / gs;
   std::mt19937 rng(4);
@@ -205,9 +217,9 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
     for (size_t r = 0; r < rows; ++r)
       for (size_t g = 0; g < groups; ++g) scale[r * groups + g] = scale[(r - r % block_rows) * groups + g];
   const size_t osz = dtype_bits(dst) / 8;
-  std::vector<std::byte> out(rows * cols * osz);
+  Output out(rows * cols * osz);
   const codecs::DequantSpec spec{DType::BF16, dst, gs, code == codecs::ByteCode::i8,
-                                 out.size() >= codecs::kStreamStoresFrom};  // as the reader
+                                 !plain_stores && out.size() >= codecs::kStreamStoresFrom};  // as the reader
   const auto fn = codecs::dequant_byte_kernel(isa);
   for (auto _ : st) {
     split(threads, rows, [&](size_t b, size_t n) {
@@ -238,11 +250,7 @@ void BM_dequant_packed(benchmark::State& st, unsigned bits, size_t cols, DType d
   std::uniform_real_distribution<float> sd(0.001f, 0.02f);
   std::vector<float> scale(kRows * groups);
   for (auto& s : scale) s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(sd(rng)))));
-  // A 64-byte aligned output, as a torch tensor's (the non-temporal stores take aligned lines
-  // only; a vector of this size sits 16 bytes past a page boundary).
-  std::vector<std::byte> outv(n_out * osz + 64);
-  const std::span<std::byte> out(
-      reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(outv.data()) + 63) & ~uintptr_t(63)), n_out * osz);
+  const Output out(n_out * osz);
   const codecs::DequantSpec spec{DType::BF16, d, kGroup, true, out.size() >= codecs::kStreamStoresFrom};
   const auto fused = codecs::dequant_packed_kernel(isa);  // what the reader calls
   const auto unpack = codecs::unpack_int8_kernel(isa);    // two_pass: the composition it replaced
@@ -272,7 +280,7 @@ void BM_dequant_packed(benchmark::State& st, unsigned bits, size_t cols, DType d
 // Sparse-bitmask bf16 expanded to a dense 4096 x 4096 bf16 row by row, rows split across threads:
 // each element kept with probability 1/2 (bitmask), or exactly 2 of every 4 (2:4: the same kernel,
 // a structured mask).
-void BM_bitmask_bf16(benchmark::State& st, bool two_four, Isa isa) {
+void BM_bitmask_bf16(benchmark::State& st, bool two_four, Isa isa, bool plain_stores = false) {
   const int threads = static_cast<int>(st.range(0));
   const size_t mrow = kCols / 8;
   std::mt19937_64 rng(3);
@@ -285,13 +293,13 @@ void BM_bitmask_bf16(benchmark::State& st, bool two_four, Isa isa) {
   for (size_t r = 0; r < kRows; ++r)
     offset[r + 1] = offset[r] + codecs::bitmask_row_popcount(mask.data() + r * mrow, kCols);
   const auto values = random_floats(DType::BF16, offset[kRows]);
-  std::vector<std::byte> out(kN * 2);
+  Output out(kN * 2);
   const auto fn = codecs::bitmask_expand_kernel(2, isa);
   for (auto _ : st) {
     split(threads, kRows, [&](size_t b, size_t n) {
       for (size_t r = b; r < b + n; ++r)
         fn(mask.data() + r * mrow, values.data() + 2 * offset[r], kCols, out.data() + r * kCols * 2,
-           out.size() >= codecs::kStreamStoresFrom);  // as the reader
+           !plain_stores && out.size() >= codecs::kStreamStoresFrom);  // as the reader
     });
     benchmark::DoNotOptimize(out.data());
   }
@@ -386,6 +394,28 @@ void register_kernels() {
           isa != Isa::scalar);
     add("BM_bitmask_bf16/sparse50_4096x4096", [isa](benchmark::State& st) { BM_bitmask_bf16(st, false, isa); });
     add("BM_bitmask_bf16/sparse24_4096x4096", [isa](benchmark::State& st) { BM_bitmask_bf16(st, true, isa); });
+    // The same kernels with plain stores where the reader streams (DequantSpec::stream off): an A/B
+    // of the non-temporal stores in one binary. Read with care: here every iteration rewrites one
+    // buffer, which a large last-level cache may hold; a load writes each tensor once (`ctstream
+    // bench --arena` measures that).
+    if (isa == Isa::avx512) {
+      for (const Int4 c :
+           {Int4{"BM_dequant_int4/int4_g128_bf16_4096x4096_plainstores", kCols, false, DType::BF16, DType::BF16},
+            Int4{"BM_dequant_int4/int4_g128_bf16_4096x14336_plainstores", kColsWide, false, DType::BF16, DType::BF16},
+            Int4{"BM_dequant_int4/int4_g128_bf16_to_f32_4096x4096_plainstores", kCols, false, DType::BF16, DType::F32}})
+        add(c.name, [c, isa](benchmark::State& st) {
+          BM_dequant_nibble(st, kRows, c.cols, c.zp, c.nat, c.d, c.fp4, c.group, c.scale_bytes, isa, true);
+        });
+      for (const Byte c :
+           {Byte{"BM_dequant_byte/fp8_channel_bf16_4096x4096_plainstores", kCols, ByteCode::e4m3, 0, 0},
+            Byte{"BM_dequant_byte/fp8_channel_bf16_4096x14336_plainstores", kColsWide, ByteCode::e4m3, 0, 0},
+            Byte{"BM_dequant_byte/fp8_channel_f32_4096x4096_plainstores", kCols, ByteCode::e4m3, 0, 0, DType::F32}})
+        add(c.name, [c, isa](benchmark::State& st) {
+          BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, c.d, isa, true);
+        });
+      add("BM_bitmask_bf16/sparse50_4096x4096_plainstores",
+          [isa](benchmark::State& st) { BM_bitmask_bf16(st, false, isa, true); });
+    }
     // BM_dequant_packed: the fused kernel (the reader's path); BM_dequant_packed_2pass: unpack_int8
     // then the 8-bit kernel, the path it replaced (same binary, for A/B).
     struct Packed {
