@@ -40,6 +40,9 @@ struct AheadPolicy {
   /// cache would hold the bytes until the checkpoint closes, so there only a Stream, which states
   /// its order, reads ahead.
   bool guess_order = true;
+  /// What is read ahead is held in this process's memory (a remote cache), not in the page cache:
+  /// a Stream's budget then bounds the window too, as it bounds what the Stream holds decoded.
+  bool holds_bytes = false;
 };
 
 class File {

@@ -63,7 +63,7 @@ class RemoteFile final : public File {
   /// The cache's cap is the window (what fits is fetched; the rest is asked for again as decodes
   /// free it); every tensor is fetched ahead, dense ones too: no kernel reads ahead of a socket.
   AheadPolicy ahead_policy() const noexcept override {
-    return {cache_opt_.prefetch_bytes, cache_opt_.coalesce_gap, false, false};
+    return {cache_opt_.prefetch_bytes, cache_opt_.coalesce_gap, false, false, true};
   }
 
   /// Bytes held by the cache (fetched or in flight) now, and the most it ever held.

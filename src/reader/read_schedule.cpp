@@ -114,8 +114,10 @@ void schedule_decode(const Checkpoint::Impl& ck, const TensorInfo& t, bool whole
   request(ck, r);
 }
 
-void schedule_order(const Checkpoint::Impl& ck, std::span<const TensorInfo* const> next, size_t batch) {
-  const io::AheadPolicy pol = policy_of(ck);
+void schedule_order(const Checkpoint::Impl& ck, std::span<const TensorInfo* const> next, size_t batch,
+                    uint64_t budget) {
+  io::AheadPolicy pol = policy_of(ck);
+  if (pol.holds_bytes) pol.window = std::min(pol.window, budget);
   std::vector<Range> r;
   for (size_t k = 0; k < batch && k < next.size(); ++k)
     if (scheduled(pol, *next[k]))

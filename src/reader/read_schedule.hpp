@@ -29,7 +29,8 @@ std::vector<Range> decode_ranges(const Checkpoint::Impl& ck, const TensorInfo& t
 void schedule_decode(const Checkpoint::Impl& ck, const TensorInfo& t, bool whole, std::span<const Range> own);
 
 /// A Stream about to decode next[0, batch) at once, then the rest of `next` in that order: asks for
-/// the batch's tensors and those after it up to the window.
-void schedule_order(const Checkpoint::Impl& ck, std::span<const TensorInfo* const> next, size_t batch);
+/// the batch's tensors and those after it up to the window, and no further than `budget` where
+/// the source holds what it reads ahead in memory (io::AheadPolicy::holds_bytes).
+void schedule_order(const Checkpoint::Impl& ck, std::span<const TensorInfo* const> next, size_t batch, uint64_t budget);
 
 }  // namespace ctstream::reader

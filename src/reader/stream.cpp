@@ -163,7 +163,9 @@ struct Stream::Impl {
   // source's window (reader/read_schedule.hpp; asked again before every batch: what a remote
   // cache had no room for last time is fetched as the decodes free it). Each decode_into asks for
   // its own bytes again and, remote, releases them when it ends.
-  void read_ahead(size_t i, size_t n) const { reader::schedule_order(ck.impl(), std::span(order).subspan(i), n); }
+  void read_ahead(size_t i, size_t n) const {
+    reader::schedule_order(ck.impl(), std::span(order).subspan(i), n, opt.budget_bytes);
+  }
 
   static constexpr uint64_t kSmall = 1u << 20;       // tensors below this decode in batches
   static constexpr uint64_t kBatchBytes = 8u << 20;  // ... of at most this many bytes
