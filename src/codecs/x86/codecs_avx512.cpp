@@ -36,6 +36,18 @@ inline void put256(void* p, __m256i v) {
   _mm256_storeu_si256(static_cast<__m256i*>(p), v);
 }
 
+// Words 0-31 (w0) and 32-63 (w1) of a 64-word run at o, of which the first n (<= 64) are kept.
+template <bool NT>
+inline void store_words64(uint16_t* o, __m512i w0, __m512i w1, unsigned n) {
+  if (n == 64) {
+    put512<NT>(o, w0);
+    put512<NT>(o + 32, w1);
+  } else {
+    _mm512_mask_storeu_epi16(o, n >= 32 ? ~0u : _bzhi_u32(~0u, n), w0);
+    if (n > 32) _mm512_mask_storeu_epi16(o + 32, _bzhi_u32(~0u, n - 32), w1);
+  }
+}
+
 // ---------------------------------------------------------------- bitmask expand
 //
 // vpexpand{b,w,d} with a register source (the memory form measured no faster on this Zen CPU).
@@ -450,13 +462,7 @@ inline void byte_lookup(const ByteTable& t, __m512i c, uint16_t* o, unsigned n) 
   const __m512i a = _mm512_unpacklo_epi8(lo, hi), b = _mm512_unpackhi_epi8(lo, hi);
   const __m512i w0 = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), b);
   const __m512i w1 = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), b);
-  if (n == 64) {
-    put512<NT>(o, w0);
-    put512<NT>(o + 32, w1);
-  } else {
-    _mm512_mask_storeu_epi16(o, n >= 32 ? ~0u : _bzhi_u32(~0u, n), w0);
-    if (n > 32) _mm512_mask_storeu_epi16(o + 32, _bzhi_u32(~0u, n - 32), w1);
-  }
+  store_words64<NT>(o, w0, w1, n);
 }
 constexpr size_t kByteTableFrom = 512;  // group length from which building a table pays off
 
@@ -637,13 +643,7 @@ template <unsigned R, bool NT>
                                 _mm512_permutex2var_epi8(t.hi[2], u, t.hi[3]));
   }
   const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
-  if (n == 64) {
-    put512<NT>(o, w0);
-    put512<NT>(o + 32, w1);
-  } else {
-    _mm512_mask_storeu_epi16(o, n >= 32 ? ~0u : _bzhi_u32(~0u, n), w0);
-    if (n > 32) _mm512_mask_storeu_epi16(o + 32, _bzhi_u32(~0u, n - 32), w1);
-  }
+  store_words64<NT>(o, w0, w1, n);
 }
 template <bool NT>
 [[gnu::always_inline]] inline void packed_lookup(const PackedTable& t, unsigned bits, __m512i u, uint16_t* o,
