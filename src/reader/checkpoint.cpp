@@ -358,14 +358,13 @@ uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, 
   return detail::at_boundary(reader::file_name(*impl_, t), t.name, [&]() -> uint64_t {
     // The bytes this decode reads, asked for ahead with those of the tensors after it
     // (reader/read_schedule.hpp): the same schedule for local and remote files.
-    const std::vector<Impl::Range> own = reader::decode_ranges(*impl_, t, slice);
-    const bool whole = !reader::slice_geometry(*impl_, t, slice).sliced();
     if (!impl_->remote) {
-      reader::schedule_decode(*impl_, t, whole, own);
+      reader::schedule_decode(*impl_, t, slice);
       return reader::decode(*impl_, t, out, out_dtype, slice);
     }
     // Remote: the decoders wait for each fetched piece in turn; the ranges are released
     // afterwards, so compressed bytes are not read twice and the cache frees them.
+    const std::vector<Impl::Range> own = reader::decode_ranges(*impl_, t, slice);
     uint64_t n_blocked = 0;
     try {
       if (reader::decode_remote_dense_blocks(*impl_, t, own, out, out_dtype, slice, n_blocked)) return n_blocked;
@@ -373,7 +372,7 @@ uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, 
       if (!e.tensor().empty()) throw;
       rethrow_naming(e, t.name);
     }
-    reader::schedule_decode(*impl_, t, whole, own);
+    reader::schedule_decode(*impl_, t, slice, own);
     struct Release {
       const Impl& ck;
       const std::vector<Impl::Range>& ranges;

@@ -21,6 +21,11 @@ bool scheduled(const io::AheadPolicy& pol, const TensorInfo& t) {
   return !(pol.streams_dense && t.format == Format::dense);
 }
 
+// Appends every part of `t` whole.
+void add_parts(const TensorInfo& t, std::vector<Range>& r) {
+  for (const TensorPart& p : t.parts) r.push_back({p.file, p.offset, p.nbytes});
+}
+
 // Appends the parts of next(0), next(1), ... (n tensors, the order decodes reach them) up to the
 // window; a tensor that starts inside the window is taken whole (a remote cache fetches what fits).
 template <class Next>
@@ -29,7 +34,7 @@ void add_ahead(const io::AheadPolicy& pol, Next&& next, size_t n, std::vector<Ra
   for (size_t k = 0; k < n && ahead < pol.window; ++k) {
     const TensorInfo& t = next(k);
     if (pol.streams_dense && t.format == Format::dense && t.stored_bytes() >= kLargeDense) break;
-    for (const TensorPart& p : t.parts) r.push_back({p.file, p.offset, p.nbytes});
+    add_parts(t, r);
     ahead += t.stored_bytes();
   }
 }
@@ -86,8 +91,12 @@ std::vector<Range> decode_ranges(const Checkpoint::Impl& ck, const TensorInfo& t
   return r;
 }
 
-void schedule_decode(const Checkpoint::Impl& ck, const TensorInfo& t, bool whole, std::span<const Range> own) {
+namespace {
+// schedule_decode's body; `own` gives the decode's ranges, asked only when they are scheduled.
+template <class Own>
+void schedule(const Checkpoint::Impl& ck, const TensorInfo& t, const std::optional<Slice>& slice, Own&& own) {
   const io::AheadPolicy pol = policy_of(ck);
+  const bool whole = !slice_geometry(ck, t, slice).sliced();
   const size_t i = ck.index_of(t);
   const bool mine = i != SIZE_MAX;
   // Decodes walk the file in order when each whole one is the next tensor, or one of a few after
@@ -105,13 +114,22 @@ void schedule_decode(const Checkpoint::Impl& ck, const TensorInfo& t, bool whole
   // A tensor the source streams itself (a local dense copy) asks for nothing, nor for the tensors
   // after it: advice over other pages while that stream runs slowed it (bench/RESULTS.md).
   if (!scheduled(pol, t)) return;
-  std::vector<Range> r(own.begin(), own.end());
+  std::vector<Range> r = own();
   request(ck, r);
   if (!in_order) return;
   r.clear();
   add_ahead(
       pol, [&](size_t k) -> const TensorInfo& { return ck.tensors[i + 1 + k]; }, ck.tensors.size() - i - 1, r);
   request(ck, r);
+}
+}  // namespace
+
+void schedule_decode(const Checkpoint::Impl& ck, const TensorInfo& t, const std::optional<Slice>& slice) {
+  schedule(ck, t, slice, [&] { return decode_ranges(ck, t, slice); });
+}
+void schedule_decode(const Checkpoint::Impl& ck, const TensorInfo& t, const std::optional<Slice>& slice,
+                     std::span<const Range> own) {
+  schedule(ck, t, slice, [&] { return std::vector<Range>(own.begin(), own.end()); });
 }
 
 void schedule_order(const Checkpoint::Impl& ck, std::span<const TensorInfo* const> next, size_t batch,
@@ -120,8 +138,7 @@ void schedule_order(const Checkpoint::Impl& ck, std::span<const TensorInfo* cons
   if (pol.holds_bytes) pol.window = std::min(pol.window, budget);
   std::vector<Range> r;
   for (size_t k = 0; k < batch && k < next.size(); ++k)
-    if (scheduled(pol, *next[k]))
-      for (const TensorPart& p : next[k]->parts) r.push_back({p.file, p.offset, p.nbytes});
+    if (scheduled(pol, *next[k])) add_parts(*next[k], r);
   request(ck, r);
   if (batch >= next.size()) return;
   r.clear();

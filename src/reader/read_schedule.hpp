@@ -23,10 +23,13 @@ using Range = Checkpoint::Impl::Range;
 /// gap. Low-rank weights: none (each factor's decode reads its own).
 std::vector<Range> decode_ranges(const Checkpoint::Impl& ck, const TensorInfo& t, const std::optional<Slice>& slice);
 
-/// Before a decode of `t` whose ranges are `own` (decode_ranges): asks the files for them and, when
-/// the decode is whole and follows the one before it in file order, for the tensors after it in
-/// the checkpoint up to the window.
-void schedule_decode(const Checkpoint::Impl& ck, const TensorInfo& t, bool whole, std::span<const Range> own);
+/// Before a decode of `slice` of `t`: asks the files for its ranges (decode_ranges, computed only
+/// when the source is asked for them) and, when the decode is whole and follows the one before it
+/// in file order, for the tensors after it in the checkpoint up to the window. The second form
+/// takes the ranges a caller computed already (a remote decode releases them afterwards).
+void schedule_decode(const Checkpoint::Impl& ck, const TensorInfo& t, const std::optional<Slice>& slice);
+void schedule_decode(const Checkpoint::Impl& ck, const TensorInfo& t, const std::optional<Slice>& slice,
+                     std::span<const Range> own);
 
 /// A Stream about to decode next[0, batch) at once, then the rest of `next` in that order: asks for
 /// the batch's tensors and those after it up to the window, and no further than `budget` where
