@@ -127,6 +127,14 @@ HttpStats HttpClient::stats() const noexcept {
   return {requests_.load(), retries_.load(), bytes_.load(), unpinned_.load()};
 }
 
+// libcurl's header callback for a transfer whose state `A` collects its head in `acc` (under
+// http_response's caps; a refused line ends the transfer).
+template <class A>
+static size_t on_header_line(char* p, size_t size, size_t n, void* self) {
+  const size_t len = size * n;
+  return static_cast<A*>(self)->acc.add_line(std::string_view(p, len)) ? len : 0;
+}
+
 /// The state of one transfer, shared with libcurl's callbacks.
 struct HttpClient::Attempt {
   http::RangeRequest req;
@@ -143,11 +151,6 @@ struct HttpClient::Attempt {
   http::Verdict accepted_verdict;
   std::string error_body;
 
-  static size_t on_header(char* p, size_t size, size_t n, void* self) {
-    auto* a = static_cast<Attempt*>(self);
-    const size_t len = size * n;
-    return a->acc.add_line(std::string_view(p, len)) ? len : 0;
-  }
   static size_t on_body(char* p, size_t size, size_t n, void* self) {
     auto* a = static_cast<Attempt*>(self);
     const size_t len = size * n;
@@ -222,7 +225,7 @@ static void configure(CURL* h, const HttpTarget& t, A& a, HeaderList& headers, c
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, opt.stall_timeout_s);
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &A::on_header);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &on_header_line<A>);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &a);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &A::on_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &a);
@@ -400,11 +403,6 @@ struct DocAttempt {
   std::string body;
   uint64_t cap = 0;
   bool too_long = false;
-  static size_t on_header(char* p, size_t size, size_t n, void* self) {
-    auto* a = static_cast<DocAttempt*>(self);
-    const size_t len = size * n;
-    return a->acc.add_line(std::string_view(p, len)) ? len : 0;
-  }
   static size_t on_body(char* p, size_t size, size_t n, void* self) {
     auto* a = static_cast<DocAttempt*>(self);
     const size_t len = size * n;
