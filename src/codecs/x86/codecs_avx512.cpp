@@ -466,13 +466,14 @@ inline void byte_lookup(const ByteTable& t, __m512i c, uint16_t* o, unsigned n) 
 }
 constexpr size_t kByteTableFrom = 512;  // group length from which building a table pays off
 
-// Columns [j, j1) of a row through table t.
-template <bool NT>
+// Columns [j, j1) of a row through table t (Flip: as byte_run).
+template <bool NT, uint8_t Flip = 0>
 inline void table_run(const ByteTable& t, const uint8_t* codes, size_t j, size_t j1, uint16_t* o) {
-  for (; j + 64 <= j1; j += 64) byte_lookup<NT>(t, _mm512_loadu_si512(codes + j), o + j, 64);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(Flip));
+  for (; j + 64 <= j1; j += 64) byte_lookup<NT>(t, _mm512_xor_si512(_mm512_loadu_si512(codes + j), flip), o + j, 64);
   if (j < j1) {
     const unsigned n = static_cast<unsigned>(j1 - j);
-    byte_lookup<NT>(t, _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, n), codes + j), o + j, n);
+    byte_lookup<NT>(t, _mm512_xor_si512(_mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, n), codes + j), flip), o + j, n);
   }
 }
 
@@ -505,7 +506,9 @@ inline const ByteTable& memo_table(void* memo, size_t g, float scale, float zp, 
   return m.t;
 }
 
-template <Kind N, Kind O, bool ZP, bool E4M3, bool NT>
+// Flip = 0x80: the codes are offset binary (u, value u - 128: pack-quantized 8-bit codes), which are
+// int8 codes with the top bit flipped; one XOR per load makes them the int8 codes of every path below.
+template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, uint8_t Flip = 0>
 void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* memo,
               void* out) {
   __m512 z = _mm512_setzero_ps();
@@ -516,21 +519,23 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
     size_t j = j0;
     if constexpr (O != kF32) {
       if (j1 - j0 >= kByteTableFrom) {  // a table of its own (kept in registers)
-        table_run<NT>(byte_table<N, O, ZP, E4M3>(s, z), codes, j0, j1, static_cast<uint16_t*>(out));
+        table_run<NT, Flip>(byte_table<N, O, ZP, E4M3>(s, z), codes, j0, j1, static_cast<uint16_t*>(out));
         continue;
       }
       if (memo && j1 - j0 >= kMemoFrom) {  // a table shared with the rows that repeat this scale
-        table_run<NT>(memo_table<N, O, ZP, E4M3>(memo, g, scale[g], ZP ? zp[g] : 0.f, s, z), codes, j0, j1,
+        table_run<NT, Flip>(memo_table<N, O, ZP, E4M3>(memo, g, scale[g], ZP ? zp[g] : 0.f, s, z), codes, j0, j1,
                       static_cast<uint16_t*>(out));
         continue;
       }
     }
     for (; j + 16 <= j1; j += 16)
-      byte_chunk<N, O, ZP, E4M3, NT>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), s, z, out, j,
-                                     0xFFFF);
+      byte_chunk<N, O, ZP, E4M3, NT>(
+          _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), _mm_set1_epi8(char(Flip))), s, z,
+          out, j, 0xFFFF);
     if (j < j1) {
       const __mmask16 m = static_cast<__mmask16>((1u << (j1 - j)) - 1);
-      byte_chunk<N, O, ZP, E4M3, NT>(_mm_maskz_loadu_epi8(m, codes + j), s, z, out, j, m);
+      byte_chunk<N, O, ZP, E4M3, NT>(_mm_xor_si128(_mm_maskz_loadu_epi8(m, codes + j), _mm_set1_epi8(char(Flip))), s,
+                                     z, out, j, m);
     }
   }
   if constexpr (NT) _mm_sfence();
@@ -546,9 +551,11 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
 // 64-column step inside one group looks up the group's 2^b outputs, computed by byte_chunk itself (the same bits by
 // construction); other steps run byte_chunk on each 16 columns, one call per group they touch.
 
+// 8-bit codes are whole bytes in offset binary: byte_run with the top bit flipped (dequant_packed); packed_run takes
+// 1 to 7 bits.
+//
 // Tables indexed by u: the low and the high bytes of the 2^b output words, looked up with one
-// vpermb (b <= 6: 64 entries), vpermi2b (b = 7: 128) or two vpermi2b and a blend on the top bit
-// (b = 8: 256), for each of the two. Codes are gathered into qwords in the order 0, 4, 1, 5, 2,
+// vpermb (b <= 6: 64 entries) or vpermi2b (b = 7: 128), for each of the two. Codes are gathered into qwords in the order 0, 4, 1, 5, 2,
 // 6, 3, 7 (of the eight 8-code runs), so that unpacklo/unpackhi_epi8 of the two looked-up byte
 // vectors give columns 0-31 and 32-63 in order.
 //
@@ -567,7 +574,7 @@ inline __m512 table_codes(unsigned bits) {
   return _mm512_cvtepi32_ps(bits <= 4 ? _mm512_and_si512(lane, _mm512_set1_epi32((1 << bits) - 1)) : lane);
 }
 struct PackedTable {
-  __m512i lo[4], hi[4];
+  __m512i lo[2], hi[2];
 };
 template <Kind N, Kind O, bool ZP>
 [[gnu::always_inline]] inline __m512i table_words(unsigned bits, unsigned k, __m512 s,
@@ -625,22 +632,16 @@ template <Kind N, Kind O, bool ZP>
   return t;
 }
 // Up to 64 columns from u in the interleaved code order above (`n` of them valid) at o; R: table
-// registers of each of lo and hi (1: b <= 6, 2: b = 7, 4: b = 8).
+// registers of each of lo and hi (1: b <= 6, 2: b = 7).
 template <unsigned R, bool NT>
 [[gnu::always_inline]] inline void packed_lookup(const PackedTable& t, __m512i u, uint16_t* o, unsigned n) {
   __m512i lo, hi;
   if constexpr (R == 1) {
     lo = _mm512_permutexvar_epi8(u, t.lo[0]);
     hi = _mm512_permutexvar_epi8(u, t.hi[0]);
-  } else if constexpr (R == 2) {
+  } else {
     lo = _mm512_permutex2var_epi8(t.lo[0], u, t.lo[1]);
     hi = _mm512_permutex2var_epi8(t.hi[0], u, t.hi[1]);
-  } else {
-    const __mmask64 top = _mm512_movepi8_mask(u);
-    lo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.lo[0], u, t.lo[1]),
-                                _mm512_permutex2var_epi8(t.lo[2], u, t.lo[3]));
-    hi = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.hi[0], u, t.hi[1]),
-                                _mm512_permutex2var_epi8(t.hi[2], u, t.hi[3]));
   }
   const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
   store_words64<NT>(o, w0, w1, n);
@@ -649,25 +650,21 @@ template <bool NT>
 [[gnu::always_inline]] inline void packed_lookup(const PackedTable& t, unsigned bits, __m512i u, uint16_t* o,
                                                  unsigned n) {
   if (bits <= 6) packed_lookup<1, NT>(t, u, o, n);
-  else if (bits == 7) packed_lookup<2, NT>(t, u, o, n);
-  else packed_lookup<4, NT>(t, u, o, n);
+  else packed_lookup<2, NT>(t, u, o, n);
 }
 
 // How a 64-column step inside a group of `len` columns is looked up (16-bit outputs): 1 = a
 // PackedTable, 2 = the 8-bit kernel's memo ByteTable over the values, 0 = no table (byte_chunk,
 // 4 calls a step). A PackedTable of 2^b entries costs about 2^b / 16 such calls to build; at
-// group size 128 (bench/RESULTS.md, issue 30 packed kernel) 7 bits measured the same either way,
-// 8 bits about 1.4x faster without a table.
+// group size 128 (bench/RESULTS.md, issue 30 packed kernel) 7 bits measured the same either way.
 inline int packed_table_kind(unsigned bits, size_t len, bool memo) {
   if (bits <= 6) return 1;  // at most one step's worth, and the group holds a step
   if (memo && len >= kMemoFrom) return 2;
-  return len >= (bits == 7 ? 128u : 256u) ? 1 : 0;
+  return len >= 128 ? 1 : 0;
 }
 
-// The unpacked bytes of a step, in the order `idx` gathers (vpermb + vpmultishiftqb, unmasked); 8-bit
-// codes are the bytes themselves, so only the order (natural: none) remains to do.
-inline __m512i step_codes(__m512i in, unsigned bits, __m512i idx, __m512i ctl, bool natural) {
-  if (bits == 8) return natural ? in : _mm512_permutexvar_epi8(idx, in);
+// The unpacked bytes of a step, in the order `idx` gathers (vpermb + vpmultishiftqb, unmasked).
+inline __m512i step_codes(__m512i in, __m512i idx, __m512i ctl) {
   return _mm512_multishift_epi64_epi8(ctl, _mm512_permutexvar_epi8(idx, in));
 }
 
@@ -716,12 +713,12 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
         }
         if (kind == 1) {
           // Unmasked: the table repeats its 2^b entries over the index bits the lookup reads.
-          const __m512i u = step_codes(in, bits, vil, vctl, false);
+          const __m512i u = step_codes(in, vil, vctl);
           packed_lookup<NT>(pt, bits, u, static_cast<uint16_t*>(out) + j, n);
           continue;
         }
         if (kind == 2) {
-          const __m512i u = _mm512_and_si512(step_codes(in, bits, vnat, vctl, true), mask);
+          const __m512i u = _mm512_and_si512(step_codes(in, vnat, vctl), mask);
           byte_lookup<NT>(*bt, _mm512_sub_epi8(u, half), static_cast<uint16_t*>(out) + j, n);
           continue;
         }
@@ -758,7 +755,7 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
     }
     // No table: byte_chunk on each 16 columns, once per group among them (masked stores); a step
     // inside one group (7 and 8 bits at group size 128) without the per-chunk group search.
-    __m512i v = _mm512_sub_epi8(_mm512_and_si512(step_codes(in, bits, vnat, vctl, true), mask), half);
+    __m512i v = _mm512_sub_epi8(_mm512_and_si512(step_codes(in, vnat, vctl), mask), half);
     if (n == 64 && j + 64 - g0 <= gs) {
       const __m512 sv = _mm512_set1_ps(scale[g]), zv = ZP ? _mm512_set1_ps(zp[g]) : _mm512_setzero_ps();
       byte_chunk<N, O, ZP, false, NT>(_mm512_castsi512_si128(v), sv, zv, out, j, 0xFFFF);
@@ -861,8 +858,10 @@ void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const floa
   simd::with_kinds(spec, [&](auto n, auto o) {
     simd::with_flag(zp != nullptr, [&](auto z) {
       simd::with_flag(spec.stream, [&](auto nt) {
-        packed_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(nt)::value>(
-            words, bits, cols, scale, zp, gs, memo, out);
+        constexpr Kind N = decltype(n)::value, O = decltype(o)::value;
+        constexpr bool Z = decltype(z)::value, NT = decltype(nt)::value;
+        if (bits == 8) byte_run<N, O, Z, false, NT, 0x80>(words, cols, scale, zp, gs, memo, out);
+        else packed_run<N, O, Z, NT>(words, bits, cols, scale, zp, gs, memo, out);
       });
     });
   });
