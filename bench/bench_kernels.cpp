@@ -35,6 +35,7 @@ namespace {
 
 constexpr size_t kRows = 4096, kCols = 4096, kN = kRows * kCols;
 constexpr size_t kColsWide = 14336;  // MLP weight width (e.g. 4096 x 14336)
+constexpr size_t kColsWideF32 = 7168;  // the same output bytes in f32 (112 MiB)
 
 // Splits [0, n) into `threads` contiguous parts and runs fn(begin, count) on each.
 template <class F>
@@ -80,6 +81,37 @@ std::vector<std::byte> random_floats(DType d, size_t n) {
     }
   }
   return v;
+}
+
+// How a kernel row writes its output. reader: as the reader (non-temporal stores from
+// codecs::kStreamStoresFrom output bytes); plain: never non-temporal; staged: the kernel decodes
+// kStageCols columns at a time into an L1-resident scratch (plain stores), which `rep movsb` then
+// copies out -- the store path that could reach memset's bandwidth where 16-64 byte vector stores
+// measure well below it (the Xeon of bench/RESULTS.md), at the cost of reading each line once more.
+enum class Stores { reader, plain, staged };
+constexpr size_t kStageCols = 2048;  // a multiple of every group size below: 8 KiB of f32 at most
+
+bool streams(Stores how, size_t out_bytes) { return how == Stores::reader && out_bytes >= codecs::kStreamStoresFrom; }
+
+void copy_out(std::byte* dst, const std::byte* src, size_t n) {
+#if defined(__x86_64__)
+  asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+// One row of `cols` outputs of `osz` bytes at dst: decode(c0, n, out) writes columns [c0, c0 + n)
+// at out, once for the whole row, or per kStageCols columns into the scratch (Stores::staged).
+template <class F>
+void write_row(Stores how, size_t cols, size_t osz, std::byte* dst, F&& decode) {
+  if (how != Stores::staged) return decode(size_t{0}, cols, dst);
+  alignas(64) static thread_local std::byte scratch[kStageCols * 4];
+  for (size_t c0 = 0; c0 < cols; c0 += kStageCols) {
+    const size_t n = std::min(kStageCols, cols - c0);
+    decode(c0, n, scratch);
+    copy_out(dst + c0 * osz, scratch, n * osz);
+  }
 }
 
 void BM_memcpy(benchmark::State& st) {
@@ -168,7 +200,7 @@ void BM_convert(benchmark::State& st, DType src, DType dst, Isa isa) {
 // fp4 (nvfp4: group 16, fp8 scales; mxfp4: group 32, E8M0 scales): the same kernel with the E2M1
 // table; scale_bytes = the stored size of one scale.
 void BM_dequant_nibble(benchmark::State& st, size_t rows, size_t cols, bool with_zp, DType natural, DType dst, bool fp4,
-                       size_t kGroup, size_t scale_bytes, Isa isa, bool plain_stores = false) {
+                       size_t kGroup, size_t scale_bytes, Isa isa, Stores how = Stores::reader) {
   const int threads = static_cast<int>(st.range(0));
   const size_t groups = (cols + kGroup - 1) / kGroup;
   std::mt19937 rng(2);
@@ -181,14 +213,16 @@ void BM_dequant_nibble(benchmark::State& st, size_t rows, size_t cols, bool with
   for (int i = 0; i < 16; ++i) lut[i] = fp4 ? codecs::e2m1_to_f32(static_cast<uint8_t>(i)) : static_cast<float>(i - 8);
   const size_t osz = dtype_bits(dst) / 8;
   Output out(rows * cols * osz);
-  const codecs::DequantSpec spec{natural, dst, kGroup, false,
-                                 !plain_stores && out.size() >= codecs::kStreamStoresFrom};  // as the reader
+  const codecs::DequantSpec spec{natural, dst, kGroup, false, streams(how, out.size())};
   const auto fn = codecs::dequant_nibble_kernel(isa);
   for (auto _ : st) {
     split(threads, rows, [&](size_t b, size_t n) {
       for (size_t r = b; r < b + n; ++r)
-        fn(packed.data() + r * cols / 2, cols, lut.data(), scale.data() + r * groups,
-           with_zp ? zp.data() + r * groups : nullptr, spec, out.data() + r * cols * osz);
+        write_row(how, cols, osz, out.data() + r * cols * osz, [&](size_t c0, size_t k, std::byte* o) {
+          const size_t g0 = r * groups + c0 / kGroup;
+          fn(packed.data() + (r * cols + c0) / 2, k, lut.data(), scale.data() + g0, with_zp ? zp.data() + g0 : nullptr,
+             spec, o);
+        });
     });
     benchmark::DoNotOptimize(out.data());
   }
@@ -204,7 +238,7 @@ void BM_dequant_nibble(benchmark::State& st, size_t rows, size_t cols, bool with
 // AVX-512), or groups of `group` columns whose scales repeat for `block_rows` rows (fp8 128x128
 // blocks: the kernel gets a per-thread table memo, as the reader gives it for block weights).
 void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::ByteCode code, size_t group,
-                     size_t block_rows, DType dst, Isa isa, bool plain_stores = false) {
+                     size_t block_rows, DType dst, Isa isa, Stores how = Stores::reader) {
   const int threads = static_cast<int>(st.range(0));
   const size_t gs = group ? group : cols, groups = (cols + gs - 1) / gs;
   std::mt19937 rng(4);
@@ -218,15 +252,17 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
       for (size_t g = 0; g < groups; ++g) scale[r * groups + g] = scale[(r - r % block_rows) * groups + g];
   const size_t osz = dtype_bits(dst) / 8;
   Output out(rows * cols * osz);
-  const codecs::DequantSpec spec{DType::BF16, dst, gs, code == codecs::ByteCode::i8,
-                                 !plain_stores && out.size() >= codecs::kStreamStoresFrom};  // as the reader
+  const codecs::DequantSpec spec{DType::BF16, dst, gs, code == codecs::ByteCode::i8, streams(how, out.size())};
   const auto fn = codecs::dequant_byte_kernel(isa);
   for (auto _ : st) {
     split(threads, rows, [&](size_t b, size_t n) {
       thread_local std::vector<std::byte> memo(codecs::kDequantByteMemoBytes);
       for (size_t r = b; r < b + n; ++r)
-        fn(codes.data() + r * cols, cols, code, scale.data() + r * groups, nullptr, spec,
-           block_rows > 1 ? memo.data() : nullptr, out.data() + r * cols * osz);
+        write_row(how, cols, osz, out.data() + r * cols * osz, [&](size_t c0, size_t k, std::byte* o) {
+          // A chunk of a channel-strategy row (gs = cols) keeps the row's one scale.
+          fn(codes.data() + r * cols + c0, k, code, scale.data() + r * groups + c0 / gs, nullptr, spec,
+             block_rows > 1 ? memo.data() : nullptr, o);
+        });
     });
     benchmark::DoNotOptimize(out.data());
   }
@@ -280,9 +316,9 @@ void BM_dequant_packed(benchmark::State& st, unsigned bits, size_t cols, DType d
 // Sparse-bitmask bf16 expanded to a dense 4096 x 4096 bf16 row by row, rows split across threads:
 // each element kept with probability 1/2 (bitmask), or exactly 2 of every 4 (2:4: the same kernel,
 // a structured mask).
-void BM_bitmask_bf16(benchmark::State& st, bool two_four, Isa isa, bool plain_stores = false) {
+void BM_bitmask_bf16(benchmark::State& st, bool two_four, size_t cols, Isa isa, Stores how = Stores::reader) {
   const int threads = static_cast<int>(st.range(0));
-  const size_t mrow = kCols / 8;
+  const size_t mrow = cols / 8;
   std::mt19937_64 rng(3);
   std::vector<uint8_t> mask(kRows * mrow);
   static constexpr uint8_t kTwoOfFour[6] = {0x3, 0x5, 0x6, 0x9, 0xA, 0xC};
@@ -291,15 +327,19 @@ void BM_bitmask_bf16(benchmark::State& st, bool two_four, Isa isa, bool plain_st
                  : static_cast<uint8_t>(rng());
   std::vector<size_t> offset(kRows + 1, 0);  // first value of each row
   for (size_t r = 0; r < kRows; ++r)
-    offset[r + 1] = offset[r] + codecs::bitmask_row_popcount(mask.data() + r * mrow, kCols);
+    offset[r + 1] = offset[r] + codecs::bitmask_row_popcount(mask.data() + r * mrow, cols);
   const auto values = random_floats(DType::BF16, offset[kRows]);
-  Output out(kN * 2);
+  Output out(kRows * cols * 2);
   const auto fn = codecs::bitmask_expand_kernel(2, isa);
+  const bool nt = streams(how, out.size());
   for (auto _ : st) {
     split(threads, kRows, [&](size_t b, size_t n) {
-      for (size_t r = b; r < b + n; ++r)
-        fn(mask.data() + r * mrow, values.data() + 2 * offset[r], kCols, out.data() + r * kCols * 2,
-           !plain_stores && out.size() >= codecs::kStreamStoresFrom);  // as the reader
+      for (size_t r = b; r < b + n; ++r) {
+        size_t v = offset[r];  // the row's next value
+        write_row(how, cols, 2, out.data() + r * cols * 2, [&](size_t c0, size_t k, std::byte* o) {
+          v += fn(mask.data() + r * mrow + c0 / 8, values.data() + 2 * v, k, o, nt);
+        });
+      }
     });
     benchmark::DoNotOptimize(out.data());
   }
@@ -348,8 +388,10 @@ void register_kernels() {
           Conv{"BM_convert/f16_to_f32", DType::F16, DType::F32}, Conv{"BM_convert/f32_to_f16", DType::F32, DType::F16},
           Conv{"BM_convert/f16_to_bf16", DType::F16, DType::BF16}})
       add(c.name, [c, isa](benchmark::State& st) { BM_convert(st, c.s, c.d, isa); });
-    // int4 group-128 -> bf16 (bf16 scales: natural = out = BF16), 4096x4096 and 4096x14336, with and
-    // without zero points; plus the f32 output and the f16 scales/output variants on 4096x4096.
+    // Every kernel at a 32 MiB and a 112 MiB output (4096 x 4096 / 4096 x 14336 16-bit, 4096 x 4096
+    // / 4096 x 7168 f32), as the reader runs it; int4 and fp4 with bf16 scales (natural = out =
+    // BF16) unless named, nvfp4 (group 16, fp8 scales) and mxfp4 (group 32, E8M0 scales) through
+    // the same kernel with the E2M1 table.
     struct Int4 {
       const char* name;
       size_t cols;
@@ -358,19 +400,27 @@ void register_kernels() {
       bool fp4 = false;
       size_t group = 128, scale_bytes = 2;
     };
-    for (const Int4 c :
-         {Int4{"BM_dequant_int4/int4_g128_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16},
-          Int4{"BM_dequant_int4/int4_g128_zp_bf16_4096x4096", kCols, true, DType::BF16, DType::BF16},
-          Int4{"BM_dequant_int4/int4_g128_bf16_4096x14336", kColsWide, false, DType::BF16, DType::BF16},
-          Int4{"BM_dequant_int4/int4_g128_zp_bf16_4096x14336", kColsWide, true, DType::BF16, DType::BF16},
-          Int4{"BM_dequant_int4/int4_g128_bf16_to_f32_4096x4096", kCols, false, DType::BF16, DType::F32},
-          Int4{"BM_dequant_int4/int4_g128_f16_4096x4096", kCols, false, DType::F16, DType::F16},
-          Int4{"BM_dequant_int4/nvfp4_g16_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16, true, 16, 1},
-          Int4{"BM_dequant_int4/nvfp4_g16_bf16_to_f32_4096x4096", kCols, false, DType::BF16, DType::F32, true, 16, 1},
-          Int4{"BM_dequant_int4/mxfp4_g32_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16, true, 32, 1}})
-      add(c.name, [c, isa](benchmark::State& st) {
-        BM_dequant_nibble(st, kRows, c.cols, c.zp, c.nat, c.d, c.fp4, c.group, c.scale_bytes, isa);
+    const std::vector<Int4> int4s = {
+        Int4{"BM_dequant_int4/int4_g128_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16},
+        Int4{"BM_dequant_int4/int4_g128_zp_bf16_4096x4096", kCols, true, DType::BF16, DType::BF16},
+        Int4{"BM_dequant_int4/int4_g128_bf16_4096x14336", kColsWide, false, DType::BF16, DType::BF16},
+        Int4{"BM_dequant_int4/int4_g128_zp_bf16_4096x14336", kColsWide, true, DType::BF16, DType::BF16},
+        Int4{"BM_dequant_int4/int4_g128_bf16_to_f32_4096x4096", kCols, false, DType::BF16, DType::F32},
+        Int4{"BM_dequant_int4/int4_g128_bf16_to_f32_4096x7168", kColsWideF32, false, DType::BF16, DType::F32},
+        Int4{"BM_dequant_int4/int4_g128_f16_4096x4096", kCols, false, DType::F16, DType::F16},
+        Int4{"BM_dequant_int4/int4_g128_f16_4096x14336", kColsWide, false, DType::F16, DType::F16},
+        Int4{"BM_dequant_int4/nvfp4_g16_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16, true, 16, 1},
+        Int4{"BM_dequant_int4/nvfp4_g16_bf16_4096x14336", kColsWide, false, DType::BF16, DType::BF16, true, 16, 1},
+        Int4{"BM_dequant_int4/nvfp4_g16_bf16_to_f32_4096x4096", kCols, false, DType::BF16, DType::F32, true, 16, 1},
+        Int4{"BM_dequant_int4/mxfp4_g32_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16, true, 32, 1},
+        Int4{"BM_dequant_int4/mxfp4_g32_bf16_4096x14336", kColsWide, false, DType::BF16, DType::BF16, true, 32, 1}};
+    const auto add_int4 = [&](const Int4& c, Stores how, const char* suffix = "") {
+      add(std::string(c.name) + suffix, [c, isa, how](benchmark::State& st) {
+        BM_dequant_nibble(st, kRows, c.cols, c.zp, c.nat, c.d, c.fp4, c.group, c.scale_bytes, isa, how);
       });
+    };
+    for (const Int4& c : int4s) add_int4(c, Stores::reader);
+    // 8-bit codes with bf16 scales: channel (one scale per row), group 128, or fp8 128 x 128 blocks.
     struct Byte {
       const char* name;
       size_t cols;
@@ -378,43 +428,48 @@ void register_kernels() {
       size_t group, block_rows;
       DType d = DType::BF16;
     };
-    for (const Byte c : {Byte{"BM_dequant_byte/fp8_channel_bf16_4096x4096", kCols, ByteCode::e4m3, 0, 0},
-                         Byte{"BM_dequant_byte/fp8_channel_bf16_4096x14336", kColsWide, ByteCode::e4m3, 0, 0},
-                         Byte{"BM_dequant_byte/fp8_block128_bf16_4096x4096", kCols, ByteCode::e4m3, 128, 128},
-                         Byte{"BM_dequant_byte/fp8_block128_bf16_4096x14336", kColsWide, ByteCode::e4m3, 128, 128},
-                         Byte{"BM_dequant_byte/int8_channel_bf16_4096x4096", kCols, ByteCode::i8, 0, 0},
-                         Byte{"BM_dequant_byte/int8_group128_bf16_4096x4096", kCols, ByteCode::i8, 128, 0},
-                         Byte{"BM_dequant_byte/fp8_channel_f16_4096x4096", kCols, ByteCode::e4m3, 0, 0, DType::F16},
-                         Byte{"BM_dequant_byte/fp8_channel_f32_4096x4096", kCols, ByteCode::e4m3, 0, 0, DType::F32}})
+    const std::vector<Byte> bytes = {
+        Byte{"BM_dequant_byte/fp8_channel_bf16_4096x4096", kCols, ByteCode::e4m3, 0, 0},
+        Byte{"BM_dequant_byte/fp8_channel_bf16_4096x14336", kColsWide, ByteCode::e4m3, 0, 0},
+        Byte{"BM_dequant_byte/fp8_block128_bf16_4096x4096", kCols, ByteCode::e4m3, 128, 128},
+        Byte{"BM_dequant_byte/fp8_block128_bf16_4096x14336", kColsWide, ByteCode::e4m3, 128, 128},
+        Byte{"BM_dequant_byte/int8_channel_bf16_4096x4096", kCols, ByteCode::i8, 0, 0},
+        Byte{"BM_dequant_byte/int8_channel_bf16_4096x14336", kColsWide, ByteCode::i8, 0, 0},
+        Byte{"BM_dequant_byte/int8_group128_bf16_4096x4096", kCols, ByteCode::i8, 128, 0},
+        Byte{"BM_dequant_byte/int8_group128_bf16_4096x14336", kColsWide, ByteCode::i8, 128, 0},
+        Byte{"BM_dequant_byte/fp8_channel_f16_4096x4096", kCols, ByteCode::e4m3, 0, 0, DType::F16},
+        Byte{"BM_dequant_byte/fp8_channel_f16_4096x14336", kColsWide, ByteCode::e4m3, 0, 0, DType::F16},
+        Byte{"BM_dequant_byte/fp8_channel_f32_4096x4096", kCols, ByteCode::e4m3, 0, 0, DType::F32},
+        Byte{"BM_dequant_byte/fp8_channel_f32_4096x7168", kColsWideF32, ByteCode::e4m3, 0, 0, DType::F32}};
+    const auto add_byte = [&](const Byte& c, Stores how, const char* suffix = "") {
       add(
-          c.name,
-          [c, isa](benchmark::State& st) {
-            BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, c.d, isa);
+          std::string(c.name) + suffix,
+          [c, isa, how](benchmark::State& st) {
+            BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, c.d, isa, how);
           },
           isa != Isa::scalar);
-    add("BM_bitmask_bf16/sparse50_4096x4096", [isa](benchmark::State& st) { BM_bitmask_bf16(st, false, isa); });
-    add("BM_bitmask_bf16/sparse24_4096x4096", [isa](benchmark::State& st) { BM_bitmask_bf16(st, true, isa); });
-    // The same kernels with plain stores where the reader streams (DequantSpec::stream off): an A/B
-    // of the non-temporal stores in one binary. Read with care: here every iteration rewrites one
-    // buffer, which a large last-level cache may hold; a load writes each tensor once (`ctstream
-    // bench --arena` measures that).
+    };
+    for (const Byte& c : bytes) add_byte(c, Stores::reader);
+    const auto add_bitmask = [&](bool two_four, size_t cols, Stores how, const char* suffix = "") {
+      add(std::string(two_four ? "BM_bitmask_bf16/sparse24_4096x" : "BM_bitmask_bf16/sparse50_4096x") +
+              std::to_string(cols) + suffix,
+          [two_four, cols, isa, how](benchmark::State& st) { BM_bitmask_bf16(st, two_four, cols, isa, how); });
+    };
+    for (const bool two_four : {false, true})
+      for (const size_t cols : {kCols, kColsWide}) add_bitmask(two_four, cols, Stores::reader);
+    // Key rows again with the other store paths (AVX-512): _plainstores, DequantSpec::stream off (an
+    // A/B of the non-temporal stores in one binary), and _staged (Stores::staged). Read with care:
+    // here every iteration rewrites one buffer, which a large last-level cache may hold; a load
+    // writes each tensor once (`ctstream bench --arena` measures that).
     if (isa == Isa::avx512) {
-      for (const Int4 c :
-           {Int4{"BM_dequant_int4/int4_g128_bf16_4096x4096_plainstores", kCols, false, DType::BF16, DType::BF16},
-            Int4{"BM_dequant_int4/int4_g128_bf16_4096x14336_plainstores", kColsWide, false, DType::BF16, DType::BF16},
-            Int4{"BM_dequant_int4/int4_g128_bf16_to_f32_4096x4096_plainstores", kCols, false, DType::BF16, DType::F32}})
-        add(c.name, [c, isa](benchmark::State& st) {
-          BM_dequant_nibble(st, kRows, c.cols, c.zp, c.nat, c.d, c.fp4, c.group, c.scale_bytes, isa, true);
-        });
-      for (const Byte c :
-           {Byte{"BM_dequant_byte/fp8_channel_bf16_4096x4096_plainstores", kCols, ByteCode::e4m3, 0, 0},
-            Byte{"BM_dequant_byte/fp8_channel_bf16_4096x14336_plainstores", kColsWide, ByteCode::e4m3, 0, 0},
-            Byte{"BM_dequant_byte/fp8_channel_f32_4096x4096_plainstores", kCols, ByteCode::e4m3, 0, 0, DType::F32}})
-        add(c.name, [c, isa](benchmark::State& st) {
-          BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, c.d, isa, true);
-        });
-      add("BM_bitmask_bf16/sparse50_4096x4096_plainstores",
-          [isa](benchmark::State& st) { BM_bitmask_bf16(st, false, isa, true); });
+      for (const auto& [how, suffix] : {std::pair{Stores::plain, "_plainstores"}, std::pair{Stores::staged, "_staged"}}) {
+        for (const size_t i : {0, 2, 4}) add_int4(int4s[i], how, suffix);  // int4 bf16 32 / 112 MiB, f32 32 MiB
+        // fp8 channel, f32, and block (not staged: its memo keys tables by the group's index within a
+        // call, so each chunk would rebuild the tables of the one before)
+        for (const size_t i : {0, 1, 10, 3})
+          if (i != 3 || how != Stores::staged) add_byte(bytes[i], how, suffix);
+        add_bitmask(false, kCols, how, suffix);
+      }
     }
     // BM_dequant_packed: the fused kernel (the reader's path); BM_dequant_packed_2pass: unpack_int8
     // then the 8-bit kernel, the path it replaced (same binary, for A/B).
@@ -428,12 +483,17 @@ void register_kernels() {
          {Packed{2, DType::BF16, "bf16"}, Packed{3, DType::BF16, "bf16"}, Packed{5, DType::BF16, "bf16"},
           Packed{6, DType::BF16, "bf16"}, Packed{7, DType::BF16, "bf16"}, Packed{8, DType::BF16, "bf16"},
           Packed{3, DType::F16, "f16"}, Packed{6, DType::F16, "f16"}, Packed{3, DType::F32, "bf16_to_f32"},
-          Packed{6, DType::F32, "bf16_to_f32"}, Packed{3, DType::BF16, "bf16", kColsWide},
-          Packed{6, DType::BF16, "bf16", kColsWide}})
-      for (bool two_pass : {false, true})
+          Packed{6, DType::F32, "bf16_to_f32"}, Packed{2, DType::BF16, "bf16", kColsWide},
+          Packed{3, DType::BF16, "bf16", kColsWide}, Packed{5, DType::BF16, "bf16", kColsWide},
+          Packed{6, DType::BF16, "bf16", kColsWide}, Packed{7, DType::BF16, "bf16", kColsWide},
+          Packed{8, DType::BF16, "bf16", kColsWide}, Packed{3, DType::F16, "f16", kColsWide},
+          Packed{3, DType::F32, "bf16_to_f32", kColsWideF32}, Packed{6, DType::F32, "bf16_to_f32", kColsWideF32}})
+      for (bool two_pass : {false, true}) {
+        if (two_pass && c.cols != kCols) continue;  // the A/B at one size
         add(std::string(two_pass ? "BM_dequant_packed_2pass" : "BM_dequant_packed") + "/int" + std::to_string(c.bits) +
                 "_g128_" + c.out + "_4096x" + std::to_string(c.cols),
             [c, two_pass, isa](benchmark::State& st) { BM_dequant_packed(st, c.bits, c.cols, c.d, two_pass, isa); });
+      }
   }
 }
 
