@@ -58,10 +58,12 @@ void traffic(benchmark::State& st, double read, double written, int threads) {
 
 // A 64-byte aligned output of n bytes, as a torch tensor's storage: the kernels' non-temporal
 // stores take aligned lines only, and a std::vector this large sits 16 bytes past a page boundary.
+// `shift` bytes past the line instead, to measure an output that is not (Stores::at16).
 struct Output {
-  explicit Output(size_t n)
-      : buf(n + 64),
-        bytes(reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63)), n) {}
+  explicit Output(size_t n, size_t shift = 0)
+      : buf(n + 64 + shift),
+        bytes(reinterpret_cast<std::byte*>(((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63)) + shift),
+              n) {}
   std::byte* data() const { return bytes.data(); }
   size_t size() const { return bytes.size(); }
   std::vector<std::byte> buf;
@@ -84,14 +86,19 @@ std::vector<std::byte> random_floats(DType d, size_t n) {
 }
 
 // How a kernel row writes its output. reader: as the reader (non-temporal stores from
-// codecs::kStreamStoresFrom output bytes); plain: never non-temporal; staged: the kernel decodes
+// codecs::kStreamStoresFrom output bytes); at16: the same into an output 16 bytes past a line, as
+// glibc's malloc and std::vector place large buffers (a C caller's); plain: never non-temporal;
+// staged: the kernel decodes
 // kStageCols columns at a time into an L1-resident scratch (plain stores), which `rep movsb` then
 // copies out -- the store path that could reach memset's bandwidth where 16-64 byte vector stores
 // measure well below it (the Xeon of bench/RESULTS.md), at the cost of reading each line once more.
-enum class Stores { reader, plain, staged };
+enum class Stores { reader, at16, plain, staged };
 constexpr size_t kStageCols = 2048;  // a multiple of every group size below: 8 KiB of f32 at most
 
-bool streams(Stores how, size_t out_bytes) { return how == Stores::reader && out_bytes >= codecs::kStreamStoresFrom; }
+bool streams(Stores how, size_t out_bytes) {
+  return (how == Stores::reader || how == Stores::at16) && out_bytes >= codecs::kStreamStoresFrom;
+}
+size_t shift(Stores how) { return how == Stores::at16 ? 16 : 0; }
 
 void copy_out(std::byte* dst, const std::byte* src, size_t n) {
 #if defined(__x86_64__)
@@ -212,7 +219,7 @@ void BM_dequant_nibble(benchmark::State& st, size_t rows, size_t cols, bool with
   for (auto& z : zp) z = static_cast<float>(rng() % 16);
   for (int i = 0; i < 16; ++i) lut[i] = fp4 ? codecs::e2m1_to_f32(static_cast<uint8_t>(i)) : static_cast<float>(i - 8);
   const size_t osz = dtype_bits(dst) / 8;
-  Output out(rows * cols * osz);
+  Output out(rows * cols * osz, shift(how));
   const codecs::DequantSpec spec{natural, dst, kGroup, false, streams(how, out.size())};
   const auto fn = codecs::dequant_nibble_kernel(isa);
   for (auto _ : st) {
@@ -251,7 +258,7 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
     for (size_t r = 0; r < rows; ++r)
       for (size_t g = 0; g < groups; ++g) scale[r * groups + g] = scale[(r - r % block_rows) * groups + g];
   const size_t osz = dtype_bits(dst) / 8;
-  Output out(rows * cols * osz);
+  Output out(rows * cols * osz, shift(how));
   const codecs::DequantSpec spec{DType::BF16, dst, gs, code == codecs::ByteCode::i8, streams(how, out.size())};
   const auto fn = codecs::dequant_byte_kernel(isa);
   for (auto _ : st) {
@@ -329,7 +336,7 @@ void BM_bitmask_bf16(benchmark::State& st, bool two_four, size_t cols, Isa isa, 
   for (size_t r = 0; r < kRows; ++r)
     offset[r + 1] = offset[r] + codecs::bitmask_row_popcount(mask.data() + r * mrow, cols);
   const auto values = random_floats(DType::BF16, offset[kRows]);
-  Output out(kRows * cols * 2);
+  Output out(kRows * cols * 2, shift(how));
   const auto fn = codecs::bitmask_expand_kernel(2, isa);
   const bool nt = streams(how, out.size());
   for (auto _ : st) {
@@ -457,12 +464,14 @@ void register_kernels() {
     };
     for (const bool two_four : {false, true})
       for (const size_t cols : {kCols, kColsWide}) add_bitmask(two_four, cols, Stores::reader);
-    // Key rows again with the other store paths (AVX-512): _plainstores, DequantSpec::stream off (an
-    // A/B of the non-temporal stores in one binary), and _staged (Stores::staged). Read with care:
+    // Key rows again with the other store paths (AVX-512): _at16 (Stores::at16), _plainstores,
+    // DequantSpec::stream off (an A/B of the non-temporal stores in one binary), and _staged
+    // (Stores::staged). Read with care:
     // here every iteration rewrites one buffer, which a large last-level cache may hold; a load
     // writes each tensor once (`ctstream bench --arena` measures that).
     if (isa == Isa::avx512) {
-      for (const auto& [how, suffix] : {std::pair{Stores::plain, "_plainstores"}, std::pair{Stores::staged, "_staged"}}) {
+      for (const auto& [how, suffix] : {std::pair{Stores::at16, "_at16"}, std::pair{Stores::plain, "_plainstores"},
+                                        std::pair{Stores::staged, "_staged"}}) {
         for (const size_t i : {0, 2, 4}) add_int4(int4s[i], how, suffix);  // int4 bf16 32 / 112 MiB, f32 32 MiB
         // fp8 channel, f32, and block (not staged: its memo keys tables by the group's index within a
         // call, so each chunk would rebuild the tables of the one before)

@@ -26,8 +26,13 @@ using codecs::Isa;
 namespace {
 
 // An output buffer whose row starts `shift` bytes past a 64-byte boundary, filled with 0xAB: the
-// kernels' non-temporal stores (DequantSpec::stream) take aligned lines only, so each streaming
-// case runs aligned and not. untouched_before(): nothing was written ahead of the row.
+// kernels' non-temporal stores (DequantSpec::stream) take whole lines, 16- or 32-byte pieces of
+// them, or fall back to plain stores, so each streaming case runs at every such start (kShifts).
+// untouched_before(): nothing was written ahead of the row.
+// Output starts for the streaming cases: a line, 16 / 32 / 48 bytes past one (malloc's large
+// buffers sit 16 past a page), and one element past one (plain stores). An element of esz bytes.
+std::vector<size_t> stream_shifts(size_t esz) { return {0, 16, 32, 48, esz}; }
+
 struct OutBuf {
   std::vector<unsigned char> v;
   unsigned char* p;
@@ -98,10 +103,10 @@ TEST_CASE("SIMD bitmask expand equals the scalar reference", "[codecs][simd]") {
         std::vector<unsigned char> want(cols * esz + 64, 0xAB);
         REQUIRE(ref(gmask.get<uint8_t>(), gvalues.get<void>(), cols, want.data(), false) == count);
         for (Isa isa : simd_isas())
-          for (int mode = 0; mode < 3; ++mode) {  // plain stores; streaming, aligned and not
+          for (int mode = 0; mode < 6; ++mode) {  // plain stores; streaming at each of stream_shifts()
             INFO(codecs::isa_name(isa) << " elem=" << esz << " density=" << density << " cols=" << cols << " mode "
                                        << mode);
-            OutBuf ob(want.size(), mode == 2 ? esz : 0);
+            OutBuf ob(want.size(), mode > 0 ? stream_shifts(esz)[mode - 1] : 0);
             const auto fn = codecs::bitmask_expand_kernel(esz, isa);
             REQUIRE(fn(gmask.get<uint8_t>(), gvalues.get<void>(), cols, ob.p, mode > 0) == count);
             REQUIRE(ob.untouched_before());
@@ -252,10 +257,10 @@ TEST_CASE(
                                       Isa::scalar, want.data());
               for (Isa isa : codecs::kAllIsas) {
                 if (!codecs::isa_supported(isa)) continue;
-                for (int pass = 0; pass < 5; ++pass) {  // no memo, memo built, memo hit; streaming, aligned and not
+                for (int pass = 0; pass < 8; ++pass) {  // no memo, memo built, memo hit; streaming at stream_shifts()
                   codecs::DequantSpec sp = spec;
                   sp.stream = pass >= 3;
-                  OutBuf ob(cols * osz + 64, pass == 4 ? osz : 0);
+                  OutBuf ob(cols * osz + 64, pass >= 3 ? stream_shifts(osz)[pass - 3] : 0);
                   codecs::dequant_packed_kernel(isa)(gwords.get<uint8_t>(), bits, cols, gscale.get<float>(),
                                                      with_zp ? gzp.get<float>() : nullptr, sp,
                                                      pass == 0 || pass == 3 ? nullptr : memo.data(), ob.p);
@@ -310,10 +315,10 @@ TEST_CASE("SIMD fused nibble dequant equals the scalar reference", "[codecs][sim
               std::vector<unsigned char> want(cols * osz + 64, 0xAB);
               ref(gpacked.get<uint8_t>(), cols, glut.get<float>(), gscale.get<float>(), zptr, spec, want.data());
               for (Isa isa : simd_isas())
-                for (int mode = 0; mode < 3; ++mode) {  // plain stores; streaming, aligned and not
+                for (int mode = 0; mode < 6; ++mode) {  // plain stores; streaming at each of stream_shifts()
                   codecs::DequantSpec sp = spec;
                   sp.stream = mode > 0;
-                  OutBuf ob(want.size(), mode == 2 ? osz : 0);
+                  OutBuf ob(want.size(), mode > 0 ? stream_shifts(osz)[mode - 1] : 0);
                   codecs::dequant_nibble_kernel(isa)(gpacked.get<uint8_t>(), cols, glut.get<float>(),
                                                      gscale.get<float>(), zptr, sp, ob.p);
                   ++calls;
@@ -439,10 +444,10 @@ TEST_CASE("Fused 8-bit dequant (int8, fp8 E4M3): scalar equals the generic kerne
               };
               REQUIRE(first_difference(generic) == SIZE_MAX);
               for (Isa isa : simd_isas())
-                for (int pass = 0; pass < 5; ++pass) {  // no memo, memo built, memo hit; streaming, aligned and not
+                for (int pass = 0; pass < 8; ++pass) {  // no memo, memo built, memo hit; streaming at stream_shifts()
                   codecs::DequantSpec sp = spec;
                   sp.stream = pass >= 3;
-                  OutBuf ob(cols * osz + 64, pass == 4 ? osz : 0);
+                  OutBuf ob(cols * osz + 64, pass >= 3 ? stream_shifts(osz)[pass - 3] : 0);
                   codecs::dequant_byte_kernel(isa)(gcodes.get<uint8_t>(), cols, code, gscale.get<float>(), zptr, sp,
                                                    pass == 0 || pass == 3 ? nullptr : memo.data(), ob.p);
                   ++calls;

@@ -15,14 +15,31 @@
 namespace ctstream::codecs::avx512 {
 namespace {
 
-// Whole-vector output stores. NT (DequantSpec::stream): non-temporal where the address is aligned
-// for it -- the line goes to memory without being read for ownership first, which raises the
-// write bandwidth of a large output by about half on the CPUs measured (bench/RESULTS.md) -- else
-// a plain unaligned store. A kernel that streamed ends with an sfence.
+// Whole-vector output stores. NT (DequantSpec::stream): non-temporal -- the line goes to memory
+// without being read for ownership first, which raises the write bandwidth of a large output by
+// about half on the CPUs measured (bench/RESULTS.md) -- else a plain unaligned store. An output
+// 16 bytes past a line (glibc's malloc and std::vector put large buffers there) streams too, in
+// 16- or 32-byte pieces: the kernels write each row front to back, so the pieces of consecutive
+// vectors fill every line in the core's write-combining buffer before it leaves. Only an output
+// off a 16-byte boundary (an odd element offset) is stored plainly. A kernel that streamed ends
+// with an sfence.
 template <bool NT>
 inline void put512(void* p, __m512i v) {
-  if constexpr (NT)
-    if ((reinterpret_cast<uintptr_t>(p) & 63) == 0) return _mm512_stream_si512(static_cast<__m512i*>(p), v);
+  if constexpr (NT) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if ((a & 63) == 0) return _mm512_stream_si512(static_cast<__m512i*>(p), v);
+    if ((a & 31) == 0) {
+      _mm256_stream_si256(static_cast<__m256i*>(p), _mm512_castsi512_si256(v));
+      return _mm256_stream_si256(static_cast<__m256i*>(p) + 1, _mm512_extracti64x4_epi64(v, 1));
+    }
+    if ((a & 15) == 0) {
+      auto* q = static_cast<__m128i*>(p);
+      _mm_stream_si128(q, _mm512_castsi512_si128(v));
+      _mm_stream_si128(q + 1, _mm512_extracti32x4_epi32(v, 1));
+      _mm_stream_si128(q + 2, _mm512_extracti32x4_epi32(v, 2));
+      return _mm_stream_si128(q + 3, _mm512_extracti32x4_epi32(v, 3));
+    }
+  }
   _mm512_storeu_si512(p, v);
 }
 template <bool NT>
@@ -31,8 +48,14 @@ inline void put512(float* p, __m512 v) {
 }
 template <bool NT>
 inline void put256(void* p, __m256i v) {
-  if constexpr (NT)
-    if ((reinterpret_cast<uintptr_t>(p) & 31) == 0) return _mm256_stream_si256(static_cast<__m256i*>(p), v);
+  if constexpr (NT) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if ((a & 31) == 0) return _mm256_stream_si256(static_cast<__m256i*>(p), v);
+    if ((a & 15) == 0) {
+      _mm_stream_si128(static_cast<__m128i*>(p), _mm256_castsi256_si128(v));
+      return _mm_stream_si128(static_cast<__m128i*>(p) + 1, _mm256_extracti128_si256(v, 1));
+    }
+  }
   _mm256_storeu_si256(static_cast<__m256i*>(p), v);
 }
 
