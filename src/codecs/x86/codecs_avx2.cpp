@@ -423,8 +423,11 @@ inline void byte_chunk(__m128i bytes, __m256 s, __m256 z, void* o) {
   }
 }
 
-template <Kind N, Kind O, bool ZP, bool E4M3>
+// Flip = 0x80: offset-binary codes (u, value u - 128: pack-quantized 8-bit), int8 codes with the top
+// bit flipped, which one XOR per load makes them.
+template <Kind N, Kind O, bool ZP, bool E4M3, uint8_t Flip = 0>
 void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* out) {
+  const __m128i flip = _mm_set1_epi8(static_cast<char>(Flip));
   constexpr size_t osz = O == kF32 ? 4 : 2;
   auto* o = static_cast<unsigned char*>(out);
   __m256 z = _mm256_setzero_ps();
@@ -434,15 +437,51 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
     if constexpr (ZP) z = _mm256_set1_ps(zp[g]);
     size_t j = j0;
     for (; j + 8 <= j1; j += 8)
-      byte_chunk<N, O, ZP, E4M3>(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)), s, z, o + j * osz);
+      byte_chunk<N, O, ZP, E4M3>(_mm_xor_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)), flip), s, z,
+                                 o + j * osz);
     if (j < j1) {
       const size_t n = j1 - j;
       alignas(16) unsigned char in[16] = {}, tmp[32];
       for (size_t k = 0; k < n; ++k) in[k] = codes[j + k];
-      byte_chunk<N, O, ZP, E4M3>(_mm_load_si128(reinterpret_cast<const __m128i*>(in)), s, z, tmp);
+      byte_chunk<N, O, ZP, E4M3>(_mm_xor_si128(_mm_load_si128(reinterpret_cast<const __m128i*>(in)), flip), s, z, tmp);
       for (size_t k = 0; k < n * osz; ++k) o[j * osz + k] = tmp[k];
     }
   }
+}
+
+// ---------------------------------------------------------------- packed int codes -> int8
+//
+// Dense pack-quantized codes (code i at stream bits [i*b, i*b+b) of little-endian bytes:
+// compressed_tensors/compressors/pack_quantized/helpers.py `unpack_from_int32`), 16 per 256-bit
+// register: 8 codes span b bytes, so lane 0 reads the b bytes of codes 0-7 and lane 1 those of codes
+// 8-15 (two 128-bit loads). In each lane vpshufb takes for code c the 16-bit window of bytes
+// floor(c*b/8) and the next; the code is bits [s, s + b) of it, s = c*b % 8 <= 7. AVX2 has no
+// 16-bit variable shift: a multiply by 2^(8-s) moves them to bits [8, 8 + b) (what passes bit 16
+// drops), a shift by 8 and a mask leave u, and a byte subtraction u - 2^(b-1).
+
+struct UnpackCtl {
+  __m256i shuf, mul;
+};
+inline UnpackCtl unpack_ctl(unsigned bits) {
+  alignas(32) uint8_t shuf[32];
+  alignas(32) uint16_t mul[16];
+  for (unsigned c = 0; c < 8; ++c) {
+    const unsigned bit = c * bits, byte = bit / 8;
+    for (unsigned lane = 0; lane < 2; ++lane) {
+      shuf[16 * lane + 2 * c] = static_cast<uint8_t>(byte);
+      shuf[16 * lane + 2 * c + 1] = static_cast<uint8_t>(byte + 1);  // <= 7 + 1: inside the lane's 16 bytes
+      mul[8 * lane + c] = static_cast<uint16_t>(1u << (8 - bit % 8));
+    }
+  }
+  return {_mm256_load_si256(reinterpret_cast<const __m256i*>(shuf)),
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(mul))};
+}
+// u of codes 16q .. 16q + 15 as 16-bit lanes, from p = the bytes of code 16q (lane 1: p + bits).
+inline __m256i unpack16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
+  const __m256i in = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+                                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + bits)), 1);
+  const __m256i w = _mm256_mullo_epi16(_mm256_shuffle_epi8(in, ctl.shuf), ctl.mul);
+  return _mm256_and_si256(_mm256_srli_epi16(w, 8), _mm256_set1_epi16(static_cast<short>((1u << bits) - 1)));
 }
 
 }  // namespace
@@ -479,12 +518,46 @@ void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCod
     });
   });
 }
-// No byte-granular variable shift in AVX2: the scalar unpacking (a 64-bit window per code).
+// 32 codes a step (4 * bits bytes, read as two pairs of 16-byte loads that reach at most byte
+// 3 * bits + 16 of the step) while the row's bytes cover those loads; the rest from a zero-padded
+// stack copy of the remaining bytes, written through a stack buffer.
 void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) noexcept {
-  ::ctstream::codecs::scalar::unpack_int8(words, bits, cols, out);
+  const UnpackCtl ctl = unpack_ctl(bits);
+  const uint64_t nbytes = (cols * bits + 7) / 8, step = 4ull * bits, reach = 3ull * bits + 16;
+  const __m256i half = _mm256_set1_epi8(static_cast<char>(1u << (bits - 1)));
+  const auto run = [&](const uint8_t* p, int8_t* o) {
+    const __m256i a = unpack16(p, bits, ctl), b = unpack16(p + 2 * bits, bits, ctl);
+    // packus interleaves the lanes: a0 b0 | a1 b1 (8 codes each); qwords 0 2 1 3 put them in order
+    const __m256i u = _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_sub_epi8(u, half));
+  };
+  size_t i = 0;
+  uint64_t at = 0;
+  for (; i + 32 <= cols && at + reach <= nbytes; i += 32, at += step) run(words + at, out + i);
+  if (i < cols) {
+    alignas(32) uint8_t in[4 * 8 + 16 + 32] = {};  // the rest: < 32 codes (or the last full steps' reach)
+    alignas(32) int8_t tmp[32];
+    for (; i < cols; i += 32, at += step) {
+      const uint64_t have = nbytes - at < step ? nbytes - at : step;
+      for (uint64_t k = 0; k < sizeof in; ++k) in[k] = k < have ? words[at + k] : 0;
+      run(in, tmp);
+      for (size_t k = 0; k < 32 && i + k < cols; ++k) out[i + k] = tmp[k];
+    }
+  }
 }
+// 8-bit codes are whole bytes: the 8-bit kernel with the top bit flipped; narrower ones unpacked
+// into an int8 row first (dequant_packed_two_pass).
 void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
                     const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept {
+  if (bits == 8) {
+    const size_t gs = static_cast<size_t>(spec.group_size);
+    return simd::with_kinds(spec, [&](auto n, auto o) {
+      simd::with_flag(zp != nullptr, [&](auto z) {
+        byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, false, 0x80>(words, cols, scale, zp, gs,
+                                                                                          out);
+      });
+    });
+  }
   ::ctstream::codecs::dequant_packed_two_pass(unpack_int8, dequant_byte, words, bits, cols, scale, zp, spec, memo, out);
 }
 }  // namespace ctstream::codecs::avx2
