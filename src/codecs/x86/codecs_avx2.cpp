@@ -166,33 +166,45 @@ using simd::Kind;
 constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 // Each lane's RNE bf16 in its high 16 bits (low 16 bits: junk); NaN -> quietened, as half.hpp.
+// NaN = false: the caller knows no lane is NaN (a finite scale and zero point times a finite code
+// value: at most an infinity, which the addition leaves one), so the NaN patch is skipped.
+template <bool NaN = true>
 inline __m256i bf16_round_hi(__m256 v) {
   const __m256i x = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
   const __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb);
+  if constexpr (!NaN) return r;
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
   return _mm256_blendv_epi8(r, _mm256_or_si256(x, _mm256_set1_epi32(0x00400000)), nan);
 }
+template <bool NaN = true>
 inline __m256 bf16_image(__m256 v) {
-  return _mm256_castsi256_ps(_mm256_and_si256(bf16_round_hi(v), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  return _mm256_castsi256_ps(
+      _mm256_and_si256(bf16_round_hi<NaN>(v), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
 inline __m256 f16_image(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, kRne)); }
 
-template <Kind N>
+template <Kind N, bool NaN = true>
 inline __m256 natural_image(__m256 v) {
-  if constexpr (N == kBF16) return bf16_image(v);
+  if constexpr (N == kBF16) return bf16_image<NaN>(v);
   else if constexpr (N == kF16) return f16_image(v);
   else return v;
 }
-template <Kind N>
+template <Kind N, bool NaN = true>
 inline __m256i out_bf16_hi(__m256 v) {
-  if constexpr (N == kF16) return bf16_round_hi(f16_image(v));
-  else return bf16_round_hi(v);
+  if constexpr (N == kF16) return bf16_round_hi<NaN>(f16_image(v));
+  else return bf16_round_hi<NaN>(v);
 }
-template <Kind N>
+template <Kind N, bool NaN = true>
 inline __m128i out_f16(__m256 v) {
-  if constexpr (N == kBF16) return _mm256_cvtps_ph(bf16_image(v), kRne);
+  if constexpr (N == kBF16) return _mm256_cvtps_ph(bf16_image<NaN>(v), kRne);
   else return _mm256_cvtps_ph(v, kRne);
+}
+// True when f is neither NaN nor infinite.
+inline bool finite(float f) {
+  uint32_t b;
+  __builtin_memcpy(&b, &f, 4);
+  return (b & 0x7F800000u) != 0x7F800000u;
 }
 
 struct Lanes {
@@ -211,7 +223,7 @@ inline __m256 lut_lookup(__m256i idx, __m256 lo, __m256 hi) {
 }
 
 // 16 columns from the 8 bytes in the low half of `bytes`, written at out + j (whole chunk).
-template <Kind N, Kind O, bool ZP>
+template <Kind N, Kind O, bool ZP, bool NaN = true>
 inline void chunk(__m128i bytes, __m256 lut_lo, __m256 lut_hi, Lanes s, Lanes z, void* out, size_t j) {
   if constexpr (O == kF32)
     bytes = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
@@ -225,16 +237,17 @@ inline void chunk(__m128i bytes, __m256 lut_lo, __m256 lut_hi, Lanes s, Lanes z,
   a = _mm256_mul_ps(a, s.a);
   b = _mm256_mul_ps(b, s.b);
   if constexpr (O == kBF16) {
-    const __m256i w = _mm256_blend_epi16(_mm256_srli_epi32(out_bf16_hi<N>(a), 16), out_bf16_hi<N>(b), 0xAA);
+    const __m256i w =
+        _mm256_blend_epi16(_mm256_srli_epi32(out_bf16_hi<N, NaN>(a), 16), out_bf16_hi<N, NaN>(b), 0xAA);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + j), w);
   } else if constexpr (O == kF16) {
-    const __m128i ha = out_f16<N>(a), hb = out_f16<N>(b);
+    const __m128i ha = out_f16<N, NaN>(a), hb = out_f16<N, NaN>(b);
     uint16_t* o = static_cast<uint16_t*>(out) + j;
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi16(ha, hb));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 8), _mm_unpackhi_epi16(ha, hb));
   } else {
-    a = natural_image<N>(a);
-    b = natural_image<N>(b);
+    a = natural_image<N, NaN>(a);
+    b = natural_image<N, NaN>(b);
     float* o = static_cast<float*>(out) + j;
     _mm256_storeu_ps(o, _mm256_unpacklo_ps(a, b));
     _mm256_storeu_ps(o + 8, _mm256_unpackhi_ps(a, b));
@@ -353,8 +366,10 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
       } else {  // a single 16-column chunk in this group (e.g. group size 16): no table
         const Lanes s{_mm256_set1_ps(scale[g]), _mm256_set1_ps(scale[g])};
         const Lanes z = ZP ? Lanes{_mm256_set1_ps(zp[g]), _mm256_set1_ps(zp[g])} : s;
-        chunk<N, O, ZP>(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + j / 2)), lut_lo, lut_hi, s, z, out,
-                        j);
+        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + j / 2));
+        // Code values are finite: with a finite scale and zero point no output is NaN.
+        if (finite(scale[g]) && (!ZP || finite(zp[g]))) chunk<N, O, ZP, false>(bytes, lut_lo, lut_hi, s, z, out, j);
+        else chunk<N, O, ZP>(bytes, lut_lo, lut_hi, s, z, out, j);
         j += 16;
       }
     } else {
@@ -428,7 +443,7 @@ inline void byte_chunk(__m128i bytes, __m256 s, __m256 z, void* o) {
 // widens to the f32 NaN e4m3_to_f32 gives) and the two halves packed in one step. fold: E4M3 without
 // zero points, s = scale * 256, exact (the caller checks): (x * 256) * scale and x * (256 * scale)
 // are the same real number, rounded once.
-template <Kind N, Kind O, bool ZP, bool E4M3>
+template <Kind N, Kind O, bool ZP, bool E4M3, bool NaN = true>
 inline void byte_chunk16(__m128i bytes, __m256 s, __m256 z, bool fold, void* o) {
   __m256 p0, p1;
   if constexpr (E4M3) {
@@ -455,15 +470,15 @@ inline void byte_chunk16(__m128i bytes, __m256 s, __m256 z, bool fold, void* o) 
   p0 = _mm256_mul_ps(p0, s);
   p1 = _mm256_mul_ps(p1, s);
   if constexpr (O == kBF16) {
-    const __m256i a = _mm256_srli_epi32(out_bf16_hi<N>(p0), 16), b = _mm256_srli_epi32(out_bf16_hi<N>(p1), 16);
+    const __m256i a = _mm256_srli_epi32(out_bf16_hi<N, NaN>(p0), 16), b = _mm256_srli_epi32(out_bf16_hi<N, NaN>(p1), 16);
     // packus interleaves the lanes (a0 b0 | a1 b1, 4 words each); qwords 0 2 1 3 restore the order
     _mm256_storeu_si256(static_cast<__m256i*>(o), _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8));
   } else if constexpr (O == kF16) {
     _mm256_storeu_si256(static_cast<__m256i*>(o),
-                        _mm256_inserti128_si256(_mm256_castsi128_si256(out_f16<N>(p0)), out_f16<N>(p1), 1));
+                        _mm256_inserti128_si256(_mm256_castsi128_si256(out_f16<N, NaN>(p0)), out_f16<N, NaN>(p1), 1));
   } else {
-    _mm256_storeu_ps(static_cast<float*>(o), natural_image<N>(p0));
-    _mm256_storeu_ps(static_cast<float*>(o) + 8, natural_image<N>(p1));
+    _mm256_storeu_ps(static_cast<float*>(o), natural_image<N, NaN>(p0));
+    _mm256_storeu_ps(static_cast<float*>(o) + 8, natural_image<N, NaN>(p1));
   }
 }
 
@@ -486,6 +501,12 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
     __builtin_memcpy(&sbits, &scale[g], 4);
     const bool fold = E4M3 && !ZP && (sbits & 0x7F800000u) < ((127u + 119u) << 23);
     const __m256 s16 = fold ? _mm256_mul_ps(s, _mm256_set1_ps(256.f)) : s;
+    // int8 codes are finite: with a finite scale and zero point no output is NaN (E4M3 has NaN codes).
+    if (!E4M3 && finite(scale[g]) && (!ZP || finite(zp[g])))
+      for (; j + 16 <= j1; j += 16)
+        byte_chunk16<N, O, ZP, E4M3, false>(
+            _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), flip), s16, z, fold,
+            o + j * osz);
     for (; j + 16 <= j1; j += 16)
       byte_chunk16<N, O, ZP, E4M3>(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), flip), s16,
                                    z, fold, o + j * osz);
