@@ -16,6 +16,34 @@
 namespace ctstream::codecs::avx2 {
 namespace {
 
+// Output stores. NT (DequantSpec::stream): non-temporal (no read for ownership of the line: the
+// write bandwidth of a large output, bench/RESULTS.md) where the address is 16-byte aligned, in
+// 32- or 16-byte pieces; the kernels write each row front to back, so consecutive stores fill
+// every line in the write-combining buffer. Else, and always into stack scratch, plain unaligned
+// stores. A kernel that streamed ends with an sfence.
+template <bool NT>
+inline void put256(void* p, __m256i v) {
+  if constexpr (NT) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if ((a & 31) == 0) return _mm256_stream_si256(static_cast<__m256i*>(p), v);
+    if ((a & 15) == 0) {
+      _mm_stream_si128(static_cast<__m128i*>(p), _mm256_castsi256_si128(v));
+      return _mm_stream_si128(static_cast<__m128i*>(p) + 1, _mm256_extracti128_si256(v, 1));
+    }
+  }
+  _mm256_storeu_si256(static_cast<__m256i*>(p), v);
+}
+template <bool NT>
+inline void put256(void* p, __m256 v) {
+  put256<NT>(p, _mm256_castps_si256(v));
+}
+template <bool NT>
+inline void put128(void* p, __m128i v) {
+  if constexpr (NT)
+    if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) return _mm_stream_si128(static_cast<__m128i*>(p), v);
+  _mm_storeu_si128(static_cast<__m128i*>(p), v);
+}
+
 // ---------------------------------------------------------------- bitmask expand
 //
 // Per mask byte a table entry of shuffle indices: output element i takes value number
@@ -72,6 +100,7 @@ size_t row_popcount(const uint8_t* mask, size_t cols) {
 struct Step1 {
   static constexpr unsigned W = 32, E = 1;
   static unsigned reach(const uint8_t* m) { return pc8(m[0]) + pc8(m[1]) + 16; }
+  template <bool NT>
   static unsigned step(const uint8_t* m, const uint8_t* v, uint8_t* o) {
     const unsigned m0 = m[0], m1 = m[1], m2 = m[2], m3 = m[3];
     const unsigned c0 = pc8(m0), c01 = c0 + pc8(m1), c2 = pc8(m2);
@@ -83,7 +112,7 @@ struct Step1 {
     const __m128i ctl1 = _mm_castpd_si128(
         _mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kTables.b1[0][m2]))),
                      reinterpret_cast<const double*>(&kTables.b1[c2][m3])));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_shuffle_epi8(x, _mm256_set_m128i(ctl1, ctl0)));
+    put256<NT>(o, _mm256_shuffle_epi8(x, _mm256_set_m128i(ctl1, ctl0)));
     return c01 + c2 + pc8(m3);
   }
 };
@@ -99,10 +128,11 @@ struct Step2 {
                                             reinterpret_cast<const __m128i*>(kTables.b2[m0]));
     return _mm256_shuffle_epi8(x, ctl);
   }
+  template <bool NT>
   static unsigned step(const uint8_t* m, const uint8_t* v, uint8_t* o) {
     const unsigned c0 = pc8(m[0]), c01 = c0 + pc8(m[1]), c2 = pc8(m[2]);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), half(m[0], m[1], c0, v));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32), half(m[2], m[3], c2, v + 2 * c01));
+    put256<NT>(o, half(m[0], m[1], c0, v));
+    put256<NT>(o + 32, half(m[2], m[3], c2, v + 2 * c01));
     return c01 + c2 + pc8(m[3]);
   }
 };
@@ -110,11 +140,11 @@ struct Step2 {
 struct Step4 {
   static constexpr unsigned W = 8, E = 4;
   static unsigned reach(const uint8_t*) { return 32; }
+  template <bool NT>
   static unsigned step(const uint8_t* m, const uint8_t* v, uint8_t* o) {
     const __m256i idx = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kTables.b4[m[0]])));
     const __m256i x = _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v)), idx);
-    _mm256_storeu_ps(reinterpret_cast<float*>(o),
-                     _mm256_blendv_ps(_mm256_castsi256_ps(x), _mm256_setzero_ps(), _mm256_castsi256_ps(idx)));
+    put256<NT>(o, _mm256_blendv_ps(_mm256_castsi256_ps(x), _mm256_setzero_ps(), _mm256_castsi256_ps(idx)));
     return pc8(m[0]);
   }
 };
@@ -125,28 +155,29 @@ struct Step4 {
 // stack buffer that every remaining step may over-read (position < 64, reach <= 64); the last
 // partial step expands a copy of its mask bytes (padding bits cleared) into a stack buffer of
 // which only the columns before `cols` are copied out.
-template <class S>
+template <class S, bool NT>
 size_t expand_row(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o) {
   constexpr unsigned W = S::W, E = S::E;
   const size_t total = row_popcount(mask, cols);
   size_t j = 0, k = 0;
   for (; j + W <= cols; j += W) {
     if (k * E + S::reach(mask + j / 8) > total * E) break;
-    k += S::step(mask + j / 8, v + k * E, o + j * E);
+    k += S::template step<NT>(mask + j / 8, v + k * E, o + j * E);
   }
   alignas(32) uint8_t buf[128] = {};
   if (total > k) __builtin_memcpy(buf, v + k * E, (total - k) * E);  // < 64 bytes (see above)
   const uint8_t* vb = buf;
-  for (; j + W <= cols; j += W) vb += S::step(mask + j / 8, vb, o + j * E) * E;
+  for (; j + W <= cols; j += W) vb += S::template step<NT>(mask + j / 8, vb, o + j * E) * E;
   if (j < cols) {
     const unsigned n = static_cast<unsigned>(cols - j);
     uint8_t m[W / 8] = {};
     __builtin_memcpy(m, mask + j / 8, (n + 7) / 8);
     if (n % 8) m[n / 8] &= static_cast<uint8_t>((1u << (n % 8)) - 1);
     alignas(32) uint8_t tmp[W * E];
-    S::step(m, vb, tmp);
+    S::template step<false>(m, vb, tmp);
     __builtin_memcpy(o + j * E, tmp, n * E);
   }
+  if constexpr (NT) _mm_sfence();
   return total;
 }
 
@@ -223,7 +254,7 @@ inline __m256 lut_lookup(__m256i idx, __m256 lo, __m256 hi) {
 }
 
 // 16 columns from the 8 bytes in the low half of `bytes`, written at out + j (whole chunk).
-template <Kind N, Kind O, bool ZP, bool NaN = true>
+template <Kind N, Kind O, bool ZP, bool NT, bool NaN = true>
 inline void chunk(__m128i bytes, __m256 lut_lo, __m256 lut_hi, Lanes s, Lanes z, void* out, size_t j) {
   if constexpr (O == kF32)
     bytes = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
@@ -239,18 +270,18 @@ inline void chunk(__m128i bytes, __m256 lut_lo, __m256 lut_hi, Lanes s, Lanes z,
   if constexpr (O == kBF16) {
     const __m256i w =
         _mm256_blend_epi16(_mm256_srli_epi32(out_bf16_hi<N, NaN>(a), 16), out_bf16_hi<N, NaN>(b), 0xAA);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + j), w);
+    put256<NT>(static_cast<uint16_t*>(out) + j, w);
   } else if constexpr (O == kF16) {
     const __m128i ha = out_f16<N, NaN>(a), hb = out_f16<N, NaN>(b);
     uint16_t* o = static_cast<uint16_t*>(out) + j;
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi16(ha, hb));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 8), _mm_unpackhi_epi16(ha, hb));
+    put128<NT>(o, _mm_unpacklo_epi16(ha, hb));
+    put128<NT>(o + 8, _mm_unpackhi_epi16(ha, hb));
   } else {
     a = natural_image<N, NaN>(a);
     b = natural_image<N, NaN>(b);
     float* o = static_cast<float*>(out) + j;
-    _mm256_storeu_ps(o, _mm256_unpacklo_ps(a, b));
-    _mm256_storeu_ps(o + 8, _mm256_unpackhi_ps(a, b));
+    put256<NT>(o, _mm256_unpacklo_ps(a, b));
+    put256<NT>(o + 8, _mm256_unpackhi_ps(a, b));
   }
 }
 
@@ -314,6 +345,7 @@ inline Table16 table16(Lanes t) {
 // 32 columns of 16-bit output. The 16 bytes are reordered so that after splitting nibbles and
 // interleaving, lane 0 holds the codes of columns 0-7 and 16-23, lane 1 those of 8-15 and
 // 24-31; the byte lookups interleaved by unpacklo/hi_epi8 are then columns 0-15 and 16-31.
+template <bool NT>
 inline void chunk_table16(const uint8_t* p, const Table16& tab, uint16_t* o) {
   const __m128i b = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)),
                                      _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15));
@@ -321,30 +353,32 @@ inline void chunk_table16(const uint8_t* p, const Table16& tab, uint16_t* o) {
   const __m128i lo = _mm_and_si128(b, nib), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib);
   const __m256i idx = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
   const __m256i l = _mm256_shuffle_epi8(tab.lo, idx), h = _mm256_shuffle_epi8(tab.hi, idx);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_unpacklo_epi8(l, h));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16), _mm256_unpackhi_epi8(l, h));
+  put256<NT>(o, _mm256_unpacklo_epi8(l, h));
+  put256<NT>(o + 16, _mm256_unpackhi_epi8(l, h));
 }
 // 16 columns of 16-bit output (8 bytes) with the same tables, in 128-bit registers.
+template <bool NT>
 inline void chunk_table16_half(const uint8_t* p, const Table16& tab, uint16_t* o) {
   const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
   const __m128i nib = _mm_set1_epi8(0x0F);
   const __m128i idx = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
   const __m128i l = _mm_shuffle_epi8(_mm256_castsi256_si128(tab.lo), idx);
   const __m128i h = _mm_shuffle_epi8(_mm256_castsi256_si128(tab.hi), idx);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi8(l, h));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 8), _mm_unpackhi_epi8(l, h));
+  put128<NT>(o, _mm_unpacklo_epi8(l, h));
+  put128<NT>(o + 8, _mm_unpackhi_epi8(l, h));
 }
 // 16 columns of f32 output: the two 8-float tables through vpermps + blend, lanes as in chunk().
+template <bool NT>
 inline void chunk_table32(const uint8_t* p, __m256 tab_lo, __m256 tab_hi, float* o) {
   const __m128i bytes = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
                                          _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   const __m256i ia = _mm256_cvtepu8_epi32(bytes);
   const __m256 a = lut_lookup(ia, tab_lo, tab_hi), b = lut_lookup(_mm256_srli_epi32(ia, 4), tab_lo, tab_hi);
-  _mm256_storeu_ps(o, _mm256_unpacklo_ps(a, b));
-  _mm256_storeu_ps(o + 8, _mm256_unpackhi_ps(a, b));
+  put256<NT>(o, _mm256_unpacklo_ps(a, b));
+  put256<NT>(o + 8, _mm256_unpackhi_ps(a, b));
 }
 
-template <Kind N, Kind O, bool ZP>
+template <Kind N, Kind O, bool ZP, bool NT>
 void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp, size_t gs,
                  void* out) {
   const __m256 lut_lo = _mm256_loadu_ps(lut), lut_hi = _mm256_loadu_ps(lut + 8);
@@ -355,12 +389,12 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
       if constexpr (O == kF32) {
         const Lanes t = group_values<ZP>(lut_lo, lut_hi, scale, zp, g);  // codes 0-7, 8-15
         const __m256 tab_lo = natural_image<N>(t.a), tab_hi = natural_image<N>(t.b);
-        for (; j + 16 <= lim; j += 16) chunk_table32(packed + j / 2, tab_lo, tab_hi, static_cast<float*>(out) + j);
+        for (; j + 16 <= lim; j += 16) chunk_table32<NT>(packed + j / 2, tab_lo, tab_hi, static_cast<float*>(out) + j);
       } else if (j + 32 <= lim) {
         const Table16 tab = table16<N, O>(group_values<ZP>(lut_lo, lut_hi, scale, zp, g));
-        for (; j + 32 <= lim; j += 32) chunk_table16(packed + j / 2, tab, static_cast<uint16_t*>(out) + j);
+        for (; j + 32 <= lim; j += 32) chunk_table16<NT>(packed + j / 2, tab, static_cast<uint16_t*>(out) + j);
         if (j + 16 <= lim) {
-          chunk_table16_half(packed + j / 2, tab, static_cast<uint16_t*>(out) + j);
+          chunk_table16_half<NT>(packed + j / 2, tab, static_cast<uint16_t*>(out) + j);
           j += 16;
         }
       } else {  // a single 16-column chunk in this group (e.g. group size 16): no table
@@ -368,15 +402,16 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
         const Lanes z = ZP ? Lanes{_mm256_set1_ps(zp[g]), _mm256_set1_ps(zp[g])} : s;
         const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + j / 2));
         // Code values are finite: with a finite scale and zero point no output is NaN.
-        if (finite(scale[g]) && (!ZP || finite(zp[g]))) chunk<N, O, ZP, false>(bytes, lut_lo, lut_hi, s, z, out, j);
-        else chunk<N, O, ZP>(bytes, lut_lo, lut_hi, s, z, out, j);
+        if (finite(scale[g]) && (!ZP || finite(zp[g]))) chunk<N, O, ZP, NT, false>(bytes, lut_lo, lut_hi, s, z, out, j);
+        else chunk<N, O, ZP, NT>(bytes, lut_lo, lut_hi, s, z, out, j);
         j += 16;
       }
     } else {
       const Lanes s = lane_values<O>(scale, j, g, nb, gs, 16);
       Lanes z = s;
       if constexpr (ZP) z = lane_values<O>(zp, j, g, nb, gs, 16);
-      chunk<N, O, ZP>(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + j / 2)), lut_lo, lut_hi, s, z, out, j);
+      chunk<N, O, ZP, NT>(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + j / 2)), lut_lo, lut_hi, s, z, out,
+                          j);
       j += 16;
     }
     while (nb <= j) {
@@ -392,10 +427,11 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
     const Lanes s = lane_values<O>(scale, j, g, nb, gs, n);
     Lanes z = s;
     if constexpr (ZP) z = lane_values<O>(zp, j, g, nb, gs, n);
-    chunk<N, O, ZP>(_mm_cvtsi64_si128(static_cast<long long>(in)), lut_lo, lut_hi, s, z, tmp, 0);
+    chunk<N, O, ZP, false>(_mm_cvtsi64_si128(static_cast<long long>(in)), lut_lo, lut_hi, s, z, tmp, 0);
     const size_t esz = O == kF32 ? 4 : 2;
     __builtin_memcpy(static_cast<unsigned char*>(out) + j * esz, tmp, n * esz);
   }
+  if constexpr (NT) _mm_sfence();
 }
 
 // ---------------------------------------------------------------- fused 8-bit dequant
@@ -422,7 +458,7 @@ inline __m256 byte_values(__m128i bytes) {  // low 8 bytes
 }
 
 // 8 columns at o (whole chunk).
-template <Kind N, Kind O, bool ZP, bool E4M3>
+template <Kind N, Kind O, bool ZP, bool E4M3, bool NT = false>
 inline void byte_chunk(__m128i bytes, __m256 s, __m256 z, void* o) {
   __m256 p = byte_values<E4M3>(bytes);
   if constexpr (ZP) p = _mm256_sub_ps(p, z);
@@ -430,11 +466,11 @@ inline void byte_chunk(__m128i bytes, __m256 s, __m256 z, void* o) {
   if constexpr (O == kBF16) {
     const __m256i hi = _mm256_srli_epi32(out_bf16_hi<N>(p), 16);  // 8 x u32 < 2^16
     const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
-    _mm_storeu_si128(static_cast<__m128i*>(o), w);
+    put128<NT>(o, w);
   } else if constexpr (O == kF16) {
-    _mm_storeu_si128(static_cast<__m128i*>(o), out_f16<N>(p));
+    put128<NT>(o, out_f16<N>(p));
   } else {
-    _mm256_storeu_ps(static_cast<float*>(o), natural_image<N>(p));
+    put256<NT>(o, natural_image<N>(p));
   }
 }
 
@@ -443,7 +479,7 @@ inline void byte_chunk(__m128i bytes, __m256 s, __m256 z, void* o) {
 // widens to the f32 NaN e4m3_to_f32 gives) and the two halves packed in one step. fold: E4M3 without
 // zero points, s = scale * 256, exact (the caller checks): (x * 256) * scale and x * (256 * scale)
 // are the same real number, rounded once.
-template <Kind N, Kind O, bool ZP, bool E4M3, bool NaN = true>
+template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, bool NaN = true>
 inline void byte_chunk16(__m128i bytes, __m256 s, __m256 z, bool fold, void* o) {
   __m256 p0, p1;
   if constexpr (E4M3) {
@@ -472,19 +508,18 @@ inline void byte_chunk16(__m128i bytes, __m256 s, __m256 z, bool fold, void* o) 
   if constexpr (O == kBF16) {
     const __m256i a = _mm256_srli_epi32(out_bf16_hi<N, NaN>(p0), 16), b = _mm256_srli_epi32(out_bf16_hi<N, NaN>(p1), 16);
     // packus interleaves the lanes (a0 b0 | a1 b1, 4 words each); qwords 0 2 1 3 restore the order
-    _mm256_storeu_si256(static_cast<__m256i*>(o), _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8));
+    put256<NT>(o, _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8));
   } else if constexpr (O == kF16) {
-    _mm256_storeu_si256(static_cast<__m256i*>(o),
-                        _mm256_inserti128_si256(_mm256_castsi128_si256(out_f16<N, NaN>(p0)), out_f16<N, NaN>(p1), 1));
+    put256<NT>(o, _mm256_inserti128_si256(_mm256_castsi128_si256(out_f16<N, NaN>(p0)), out_f16<N, NaN>(p1), 1));
   } else {
-    _mm256_storeu_ps(static_cast<float*>(o), natural_image<N, NaN>(p0));
-    _mm256_storeu_ps(static_cast<float*>(o) + 8, natural_image<N, NaN>(p1));
+    put256<NT>(o, natural_image<N, NaN>(p0));
+    put256<NT>(static_cast<float*>(o) + 8, natural_image<N, NaN>(p1));
   }
 }
 
 // Flip = 0x80: offset-binary codes (u, value u - 128: pack-quantized 8-bit), int8 codes with the top
 // bit flipped, which one XOR per load makes them.
-template <Kind N, Kind O, bool ZP, bool E4M3, uint8_t Flip = 0>
+template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, uint8_t Flip = 0>
 void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* out) {
   const __m128i flip = _mm_set1_epi8(static_cast<char>(Flip));
   constexpr size_t osz = O == kF32 ? 4 : 2;
@@ -504,14 +539,14 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
     // int8 codes are finite: with a finite scale and zero point no output is NaN (E4M3 has NaN codes).
     if (!E4M3 && finite(scale[g]) && (!ZP || finite(zp[g])))
       for (; j + 16 <= j1; j += 16)
-        byte_chunk16<N, O, ZP, E4M3, false>(
+        byte_chunk16<N, O, ZP, E4M3, NT, false>(
             _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), flip), s16, z, fold,
             o + j * osz);
     for (; j + 16 <= j1; j += 16)
-      byte_chunk16<N, O, ZP, E4M3>(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), flip), s16,
+      byte_chunk16<N, O, ZP, E4M3, NT>(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), flip), s16,
                                    z, fold, o + j * osz);
     for (; j + 8 <= j1; j += 8)
-      byte_chunk<N, O, ZP, E4M3>(_mm_xor_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)), flip), s, z,
+      byte_chunk<N, O, ZP, E4M3, NT>(_mm_xor_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)), flip), s, z,
                                  o + j * osz);
     if (j < j1) {
       const size_t n = j1 - j;
@@ -521,6 +556,7 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
       for (size_t k = 0; k < n * osz; ++k) o[j * osz + k] = tmp[k];
     }
   }
+  if constexpr (NT) _mm_sfence();
 }
 
 // ---------------------------------------------------------------- packed int codes -> int8
@@ -560,14 +596,17 @@ inline __m256i unpack16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
 
 }  // namespace
 
-size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o, bool /*stream*/) noexcept {
-  return expand_row<Step1>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
+size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o, bool stream) noexcept {
+  return stream ? expand_row<Step1, true>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o))
+                : expand_row<Step1, false>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
-size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o, bool /*stream*/) noexcept {
-  return expand_row<Step2>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
+size_t bitmask_expand_2(const uint8_t* m, const void* v, size_t c, void* o, bool stream) noexcept {
+  return stream ? expand_row<Step2, true>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o))
+                : expand_row<Step2, false>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
-size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o, bool /*stream*/) noexcept {
-  return expand_row<Step4>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
+size_t bitmask_expand_4(const uint8_t* m, const void* v, size_t c, void* o, bool stream) noexcept {
+  return stream ? expand_row<Step4, true>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o))
+                : expand_row<Step4, false>(m, static_cast<const uint8_t*>(v), c, static_cast<uint8_t*>(o));
 }
 
 void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const float* scale, const float* zp,
@@ -575,7 +614,10 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
   const size_t gs = static_cast<size_t>(spec.group_size);
   simd::with_kinds(spec, [&](auto n, auto o) {
     simd::with_flag(zp != nullptr, [&](auto z) {
-      dequant_run<decltype(n)::value, decltype(o)::value, decltype(z)::value>(packed, cols, lut, scale, zp, gs, out);
+      simd::with_flag(spec.stream, [&](auto nt) {
+        dequant_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(nt)::value>(packed, cols, lut,
+                                                                                                     scale, zp, gs, out);
+      });
     });
   });
 }
@@ -586,8 +628,10 @@ void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCod
   simd::with_kinds(spec, [&](auto n, auto o) {
     simd::with_flag(zp != nullptr, [&](auto z) {
       simd::with_flag(code == ::ctstream::codecs::ByteCode::e4m3, [&](auto e4m3) {
-        byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value>(codes, cols, scale,
-                                                                                                    zp, gs, out);
+        simd::with_flag(spec.stream, [&](auto nt) {
+          byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value,
+                   decltype(nt)::value>(codes, cols, scale, zp, gs, out);
+        });
       });
     });
   });
@@ -627,8 +671,10 @@ void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const floa
     const size_t gs = static_cast<size_t>(spec.group_size);
     return simd::with_kinds(spec, [&](auto n, auto o) {
       simd::with_flag(zp != nullptr, [&](auto z) {
-        byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, false, 0x80>(words, cols, scale, zp, gs,
-                                                                                          out);
+        simd::with_flag(spec.stream, [&](auto nt) {
+          byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, false, decltype(nt)::value, 0x80>(
+              words, cols, scale, zp, gs, out);
+        });
       });
     });
   }
