@@ -174,12 +174,16 @@ inline void byte_values(uint8x16_t c, float32x4_t x[4]) {
   }
 }
 
-template <Kind N, Kind O, bool ZP, bool E4M3>
+// Flip = 0x80: offset-binary codes (u, value u - 128: pack-quantized 8-bit), int8 codes with the top
+// bit flipped, which one XOR per load makes them.
+template <Kind N, Kind O, bool ZP, bool E4M3, uint8_t Flip = 0>
 void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, const DequantSpec& spec,
               void* out) {
   const size_t gs = static_cast<size_t>(spec.group_size);
+  const uint8x16_t flip = vdupq_n_u8(Flip);
   auto one = [&](size_t j, size_t g) {
-    const float x = E4M3 ? e4m3_to_f32(codes[j]) : static_cast<float>(static_cast<int8_t>(codes[j]));
+    const uint8_t c = static_cast<uint8_t>(codes[j] ^ Flip);
+    const float x = E4M3 ? e4m3_to_f32(c) : static_cast<float>(static_cast<int8_t>(c));
     const float d = ZP ? x - zp[g] : x;
     store_dequant(d * scale[g], spec, out, j);
   };
@@ -190,7 +194,7 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
     size_t j = j0;
     for (; j + 16 <= j1; j += 16) {
       float32x4_t x[4];
-      byte_values<E4M3>(vld1q_u8(codes + j), x);
+      byte_values<E4M3>(veorq_u8(vld1q_u8(codes + j), flip), x);
       for (unsigned q = 0; q < 4; ++q) {
         if constexpr (ZP) x[q] = vsubq_f32(x[q], z);
         store4<N, O>(vmulq_f32(x[q], s), out, j + 4 * q);
@@ -233,12 +237,58 @@ void dequant_byte(const uint8_t* codes, size_t cols, ByteCode code, const float*
   });
 }
 
-// The scalar unpacking (a 64-bit window per code).
+// Dense pack-quantized codes (code i at stream bits [i*b, i*b+b) of little-endian bytes:
+// compressed_tensors/compressors/pack_quantized/helpers.py `unpack_from_int32`), 16 a step, as two
+// halves of 8 codes (b bytes each): TBL makes each code's 16-bit window (bytes floor(c*b/8) and the
+// next), USHL by -(c*b % 8) moves the code to bit 0, AND keeps its b bits, XTN narrows to bytes, a
+// byte subtraction gives u - 2^(b-1). Whole steps while the row's bytes cover their loads (b + 16
+// bytes from the step); the rest from a zero-padded stack copy, written through a stack buffer.
 void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) noexcept {
-  ::ctstream::codecs::scalar::unpack_int8(words, bits, cols, out);
+  uint8_t idx[16];
+  int16_t sh[8];
+  for (unsigned c = 0; c < 8; ++c) {
+    idx[2 * c] = static_cast<uint8_t>(c * bits / 8);
+    idx[2 * c + 1] = static_cast<uint8_t>(c * bits / 8 + 1);  // <= 8: inside the 16 bytes loaded
+    sh[c] = static_cast<int16_t>(-static_cast<int>(c * bits % 8));
+  }
+  const uint8x16_t vidx = vld1q_u8(idx);
+  const int16x8_t vsh = vld1q_s16(sh);
+  const uint16x8_t mask = vdupq_n_u16(static_cast<uint16_t>((1u << bits) - 1));
+  const int8x16_t half = vdupq_n_s8(static_cast<int8_t>(1u << (bits - 1)));
+  const auto half8 = [&](const uint8_t* p) {
+    const uint16x8_t w = vreinterpretq_u16_u8(vqtbl1q_u8(vld1q_u8(p), vidx));
+    return vmovn_u16(vandq_u16(vshlq_u16(w, vsh), mask));
+  };
+  const auto run = [&](const uint8_t* p, int8_t* o) {
+    vst1q_s8(o, vsubq_s8(vreinterpretq_s8_u8(vcombine_u8(half8(p), half8(p + bits))), half));
+  };
+  const uint64_t nbytes = (cols * static_cast<uint64_t>(bits) + 7) / 8, step = 2ull * bits, reach = bits + 16ull;
+  size_t i = 0;
+  uint64_t at = 0;
+  for (; i + 16 <= cols && at + reach <= nbytes; i += 16, at += step) run(words + at, out + i);
+  if (i < cols) {
+    uint8_t in[32];
+    int8_t tmp[16];
+    for (; i < cols; i += 16, at += step) {
+      const uint64_t have = nbytes - at < step ? nbytes - at : step;
+      std::memset(in, 0, sizeof in);
+      std::memcpy(in, words + at, have);
+      run(in, tmp);
+      std::memcpy(out + i, tmp, cols - i < 16 ? cols - i : 16);
+    }
+  }
 }
+// 8-bit codes are whole bytes: the 8-bit kernel with the top bit flipped; narrower ones unpacked
+// into an int8 row first (dequant_packed_two_pass).
 void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
                     const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept {
+  if (bits == 8)
+    return simd::with_kinds(spec, [&](auto n, auto o) {
+      simd::with_flag(zp != nullptr, [&](auto z) {
+        byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, false, 0x80>(words, cols, scale, zp, spec,
+                                                                                          out);
+      });
+    });
   ::ctstream::codecs::dequant_packed_two_pass(unpack_int8, dequant_byte, words, bits, cols, scale, zp, spec, memo, out);
 }
 
