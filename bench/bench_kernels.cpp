@@ -34,7 +34,7 @@ using codecs::Isa;
 namespace {
 
 constexpr size_t kRows = 4096, kCols = 4096, kN = kRows * kCols;
-constexpr size_t kColsWide = 14336;  // MLP weight width (e.g. 4096 x 14336)
+constexpr size_t kColsWide = 14336;    // MLP weight width (e.g. 4096 x 14336)
 constexpr size_t kColsWideF32 = 7168;  // the same output bytes in f32 (112 MiB)
 
 // Splits [0, n) into `threads` contiguous parts and runs fn(begin, count) on each.

@@ -12,37 +12,13 @@
 #include "codecs/dequant.hpp"
 #include "codecs/isa_kernels.hpp"
 #include "codecs/simd_dispatch.hpp"
+#include "codecs/x86/stores.hpp"
 
 namespace ctstream::codecs::avx2 {
 namespace {
 
-// Output stores. NT (DequantSpec::stream): non-temporal (no read for ownership of the line: the
-// write bandwidth of a large output, bench/RESULTS.md) where the address is 16-byte aligned, in
-// 32- or 16-byte pieces; the kernels write each row front to back, so consecutive stores fill
-// every line in the write-combining buffer. Else, and always into stack scratch, plain unaligned
-// stores. A kernel that streamed ends with an sfence.
-template <bool NT>
-inline void put256(void* p, __m256i v) {
-  if constexpr (NT) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    if ((a & 31) == 0) return _mm256_stream_si256(static_cast<__m256i*>(p), v);
-    if ((a & 15) == 0) {
-      _mm_stream_si128(static_cast<__m128i*>(p), _mm256_castsi256_si128(v));
-      return _mm_stream_si128(static_cast<__m128i*>(p) + 1, _mm256_extracti128_si256(v, 1));
-    }
-  }
-  _mm256_storeu_si256(static_cast<__m256i*>(p), v);
-}
-template <bool NT>
-inline void put256(void* p, __m256 v) {
-  put256<NT>(p, _mm256_castps_si256(v));
-}
-template <bool NT>
-inline void put128(void* p, __m128i v) {
-  if constexpr (NT)
-    if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) return _mm_stream_si128(static_cast<__m128i*>(p), v);
-  _mm_storeu_si128(static_cast<__m128i*>(p), v);
-}
+using x86::put128;  // the streaming stores of codecs/x86/stores.hpp
+using x86::put256;
 
 // ---------------------------------------------------------------- bitmask expand
 //
@@ -210,8 +186,7 @@ inline __m256i bf16_round_hi(__m256 v) {
 }
 template <bool NaN = true>
 inline __m256 bf16_image(__m256 v) {
-  return _mm256_castsi256_ps(
-      _mm256_and_si256(bf16_round_hi<NaN>(v), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  return _mm256_castsi256_ps(_mm256_and_si256(bf16_round_hi<NaN>(v), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
 inline __m256 f16_image(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, kRne)); }
 
@@ -268,8 +243,10 @@ inline void chunk(__m128i bytes, __m256 lut_lo, __m256 lut_hi, Lanes s, Lanes z,
   a = _mm256_mul_ps(a, s.a);
   b = _mm256_mul_ps(b, s.b);
   if constexpr (O == kBF16) {
-    const __m256i w =
-        _mm256_blend_epi16(_mm256_srli_epi32(out_bf16_hi<N, NaN>(a), 16), out_bf16_hi<N, NaN>(b), 0xAA);
+    // (locals: clang's _mm256_blend_epi16 is a macro, and a template argument list's comma would
+    // split its arguments)
+    const __m256i ha = out_bf16_hi<N, NaN>(a), hb = out_bf16_hi<N, NaN>(b);
+    const __m256i w = _mm256_blend_epi16(_mm256_srli_epi32(ha, 16), hb, 0xAA);
     put256<NT>(static_cast<uint16_t*>(out) + j, w);
   } else if constexpr (O == kF16) {
     const __m128i ha = out_f16<N, NaN>(a), hb = out_f16<N, NaN>(b);
@@ -506,11 +483,13 @@ inline void byte_chunk16(__m128i bytes, __m256 s, __m256 z, bool fold, void* o) 
   p0 = _mm256_mul_ps(p0, s);
   p1 = _mm256_mul_ps(p1, s);
   if constexpr (O == kBF16) {
-    const __m256i a = _mm256_srli_epi32(out_bf16_hi<N, NaN>(p0), 16), b = _mm256_srli_epi32(out_bf16_hi<N, NaN>(p1), 16);
+    const __m256i a = _mm256_srli_epi32(out_bf16_hi<N, NaN>(p0), 16),
+                  b = _mm256_srli_epi32(out_bf16_hi<N, NaN>(p1), 16);
     // packus interleaves the lanes (a0 b0 | a1 b1, 4 words each); qwords 0 2 1 3 restore the order
     put256<NT>(o, _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8));
   } else if constexpr (O == kF16) {
-    put256<NT>(o, _mm256_inserti128_si256(_mm256_castsi128_si256(out_f16<N, NaN>(p0)), out_f16<N, NaN>(p1), 1));
+    const __m128i h0 = out_f16<N, NaN>(p0), h1 = out_f16<N, NaN>(p1);  // locals: a macro in clang, as above
+    put256<NT>(o, _mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
   } else {
     put256<NT>(o, natural_image<N, NaN>(p0));
     put256<NT>(static_cast<float*>(o) + 8, natural_image<N, NaN>(p1));
@@ -543,11 +522,11 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
             _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), flip), s16, z, fold,
             o + j * osz);
     for (; j + 16 <= j1; j += 16)
-      byte_chunk16<N, O, ZP, E4M3, NT>(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), flip), s16,
-                                   z, fold, o + j * osz);
+      byte_chunk16<N, O, ZP, E4M3, NT>(
+          _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), flip), s16, z, fold, o + j * osz);
     for (; j + 8 <= j1; j += 8)
-      byte_chunk<N, O, ZP, E4M3, NT>(_mm_xor_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)), flip), s, z,
-                                 o + j * osz);
+      byte_chunk<N, O, ZP, E4M3, NT>(_mm_xor_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)), flip),
+                                     s, z, o + j * osz);
     if (j < j1) {
       const size_t n = j1 - j;
       alignas(16) unsigned char in[16] = {}, tmp[32];
@@ -588,8 +567,9 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
 }
 // u of codes 16q .. 16q + 15 as 16-bit lanes, from p = the bytes of code 16q (lane 1: p + bits).
 inline __m256i unpack16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
-  const __m256i in = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
-                                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + bits)), 1);
+  const __m256i in =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + bits)), 1);
   const __m256i w = _mm256_mullo_epi16(_mm256_shuffle_epi8(in, ctl.shuf), ctl.mul);
   return _mm256_and_si256(_mm256_srli_epi16(w, 8), _mm256_set1_epi16(static_cast<short>((1u << bits) - 1)));
 }
@@ -615,8 +595,8 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
   simd::with_kinds(spec, [&](auto n, auto o) {
     simd::with_flag(zp != nullptr, [&](auto z) {
       simd::with_flag(spec.stream, [&](auto nt) {
-        dequant_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(nt)::value>(packed, cols, lut,
-                                                                                                     scale, zp, gs, out);
+        dequant_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(nt)::value>(
+            packed, cols, lut, scale, zp, gs, out);
       });
     });
   });

@@ -11,33 +11,21 @@
 #include "codecs/dequant.hpp"
 #include "codecs/isa_kernels.hpp"
 #include "codecs/simd_dispatch.hpp"
+#include "codecs/x86/stores.hpp"
 
 namespace ctstream::codecs::avx512 {
 namespace {
 
-// Whole-vector output stores. NT (DequantSpec::stream): non-temporal -- the line goes to memory
-// without being read for ownership first, which raises the write bandwidth of a large output by
-// about half on the CPUs measured (bench/RESULTS.md) -- else a plain unaligned store. An output
-// 16 bytes past a line (glibc's malloc and std::vector put large buffers there) streams too, in
-// 16- or 32-byte pieces: the kernels write each row front to back, so the pieces of consecutive
-// vectors fill every line in the core's write-combining buffer before it leaves. Only an output
-// off a 16-byte boundary (an odd element offset) is stored plainly. A kernel that streamed ends
-// with an sfence.
+using x86::put256;  // the streaming stores of codecs/x86/stores.hpp
+
+// A whole 512-bit vector, as put256 stores: one non-temporal store on a line, else two halves.
 template <bool NT>
 inline void put512(void* p, __m512i v) {
   if constexpr (NT) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    if ((a & 63) == 0) return _mm512_stream_si512(static_cast<__m512i*>(p), v);
-    if ((a & 31) == 0) {
-      _mm256_stream_si256(static_cast<__m256i*>(p), _mm512_castsi512_si256(v));
-      return _mm256_stream_si256(static_cast<__m256i*>(p) + 1, _mm512_extracti64x4_epi64(v, 1));
-    }
-    if ((a & 15) == 0) {
-      auto* q = static_cast<__m128i*>(p);
-      _mm_stream_si128(q, _mm512_castsi512_si128(v));
-      _mm_stream_si128(q + 1, _mm512_extracti32x4_epi32(v, 1));
-      _mm_stream_si128(q + 2, _mm512_extracti32x4_epi32(v, 2));
-      return _mm_stream_si128(q + 3, _mm512_extracti32x4_epi32(v, 3));
+    if ((reinterpret_cast<uintptr_t>(p) & 63) == 0) return _mm512_stream_si512(static_cast<__m512i*>(p), v);
+    if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+      put256<NT>(p, _mm512_castsi512_si256(v));
+      return put256<NT>(static_cast<__m256i*>(p) + 1, _mm512_extracti64x4_epi64(v, 1));
     }
   }
   _mm512_storeu_si512(p, v);
@@ -45,18 +33,6 @@ inline void put512(void* p, __m512i v) {
 template <bool NT>
 inline void put512(float* p, __m512 v) {
   put512<NT>(static_cast<void*>(p), _mm512_castps_si512(v));
-}
-template <bool NT>
-inline void put256(void* p, __m256i v) {
-  if constexpr (NT) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    if ((a & 31) == 0) return _mm256_stream_si256(static_cast<__m256i*>(p), v);
-    if ((a & 15) == 0) {
-      _mm_stream_si128(static_cast<__m128i*>(p), _mm256_castsi256_si128(v));
-      return _mm_stream_si128(static_cast<__m128i*>(p) + 1, _mm256_extracti128_si256(v, 1));
-    }
-  }
-  _mm256_storeu_si256(static_cast<__m256i*>(p), v);
 }
 
 // Words 0-31 (w0) and 32-63 (w1) of a 64-word run at o, of which the first n (<= 64) are kept.
@@ -555,7 +531,7 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
       }
       if (memo && j1 - j0 >= kMemoFrom) {  // a table shared with the rows that repeat this scale
         table_run<NT, Flip>(memo_table<N, O, ZP, E4M3>(memo, g, scale[g], ZP ? zp[g] : 0.f, s, z), codes, j0, j1,
-                      static_cast<uint16_t*>(out));
+                            static_cast<uint16_t*>(out));
         continue;
       }
     }
@@ -565,8 +541,8 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
           out, j, 0xFFFF);
     if (j < j1) {
       const __mmask16 m = static_cast<__mmask16>((1u << (j1 - j)) - 1);
-      byte_chunk<N, O, ZP, E4M3, NT>(_mm_xor_si128(_mm_maskz_loadu_epi8(m, codes + j), _mm_set1_epi8(char(Flip))), s,
-                                     z, out, j, m);
+      byte_chunk<N, O, ZP, E4M3, NT>(_mm_xor_si128(_mm_maskz_loadu_epi8(m, codes + j), _mm_set1_epi8(char(Flip))), s, z,
+                                     out, j, m);
     }
   }
   if constexpr (NT) _mm_sfence();
@@ -586,8 +562,8 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
 // 1 to 7 bits.
 //
 // Tables indexed by u: the low and the high bytes of the 2^b output words, looked up with one
-// vpermb (b <= 6: 64 entries) or vpermi2b (b = 7: 128), for each of the two. Codes are gathered into qwords in the order 0, 4, 1, 5, 2,
-// 6, 3, 7 (of the eight 8-code runs), so that unpacklo/unpackhi_epi8 of the two looked-up byte
+// vpermb (b <= 6: 64 entries) or vpermi2b (b = 7: 128), for each of the two. Codes are gathered into qwords in the
+// order 0, 4, 1, 5, 2, 6, 3, 7 (of the eight 8-code runs), so that unpacklo/unpackhi_epi8 of the two looked-up byte
 // vectors give columns 0-31 and 32-63 in order.
 //
 // The table is built in registers (a first version stored byte_chunk's words and reloaded them;
