@@ -230,6 +230,7 @@ void BM_dequant_nibble(benchmark::State& st, size_t rows, size_t cols, bool with
           fn(packed.data() + (r * cols + c0) / 2, k, lut.data(), scale.data() + g0, with_zp ? zp.data() + g0 : nullptr,
              spec, o);
         });
+      codecs::store_fence();  // as the reader: once per run of rows
     });
     benchmark::DoNotOptimize(out.data());
   }
@@ -270,6 +271,7 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
           fn(codes.data() + r * cols + c0, k, code, scale.data() + r * groups + c0 / gs, nullptr, spec,
              block_rows > 1 ? memo.data() : nullptr, o);
         });
+      codecs::store_fence();
     });
     benchmark::DoNotOptimize(out.data());
   }
@@ -312,6 +314,7 @@ void BM_dequant_packed(benchmark::State& st, unsigned bits, size_t cols, DType d
         dequant(reinterpret_cast<const uint8_t*>(codes.data()), cols, codecs::ByteCode::i8, scale.data() + r * groups,
                 nullptr, spec, nullptr, out.data() + r * cols * osz);
       }
+      codecs::store_fence();
     });
     benchmark::DoNotOptimize(out.data());
   }
@@ -347,6 +350,7 @@ void BM_bitmask_bf16(benchmark::State& st, bool two_four, size_t cols, Isa isa, 
           v += fn(mask.data() + r * mrow + c0 / 8, values.data() + 2 * v, k, o, nt);
         });
       }
+      codecs::store_fence();
     });
     benchmark::DoNotOptimize(out.data());
   }

@@ -13,7 +13,8 @@ namespace ctstream::codecs {
 /// Writes `cols` elements of `elem_bytes` (1, 2 or 4) to `out`: element j is the next unread
 /// value from `values` if mask bit j is set, else zero bits. Reads exactly popcount(mask bits
 /// [0, cols)) values. `stream`: the row belongs to a large output, written with non-temporal
-/// stores where the ISA has them (DequantSpec::stream; the same bytes). @return that count.
+/// stores where the ISA has them (DequantSpec::stream, and as there the caller calls
+/// store_fence() after its last row; the same bytes). @return that count.
 using BitmaskExpandFn = size_t (*)(const uint8_t* mask, const void* values, size_t cols, void* out, bool stream);
 
 BitmaskExpandFn bitmask_expand_kernel(unsigned elem_bytes, Isa isa) noexcept;

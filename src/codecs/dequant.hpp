@@ -24,8 +24,16 @@ struct DequantSpec {
   /// The output is large and not read back soon: the SIMD kernels may write it with non-temporal
   /// stores (no read-for-ownership of each line; about 1.5x the write bandwidth where measured).
   /// The bits written are the same. Set from kStreamStoresFrom by the reader and the benchmark.
+  /// Such stores are weakly ordered and a kernel does not fence them: the caller calls
+  /// store_fence() once after its last row, before the output is read by another thread.
   bool stream = false;
 };
+
+/// Makes this thread's non-temporal stores (DequantSpec::stream, the bitmask kernels' `stream`)
+/// globally visible before any later store: sfence on x86-64, nothing elsewhere (no ISA streams
+/// there). Once per run of rows, not per row: a fence waits for the stores in flight to reach
+/// memory, which per 8 KiB row cost the 4096-column kernels about a third of their time.
+void store_fence() noexcept;
 
 /// Decoded outputs of at least this many bytes are written with non-temporal stores
 /// (DequantSpec::stream): past the caches a core can keep them in, where the lines would be

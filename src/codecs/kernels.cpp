@@ -1,5 +1,10 @@
 #include "codecs/kernels.hpp"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "codecs/dequant.hpp"
 #include "codecs/isa_kernels.hpp"
 
 namespace ctstream::codecs {
@@ -66,5 +71,11 @@ DequantNibbleFn dequant_nibble_kernel(Isa isa) noexcept { return kernels(isa).de
 DequantByteFn dequant_byte_kernel(Isa isa) noexcept { return kernels(isa).dequant_byte; }
 UnpackInt8Fn unpack_int8_kernel(Isa isa) noexcept { return kernels(isa).unpack_int8; }
 DequantPackedFn dequant_packed_kernel(Isa isa) noexcept { return kernels(isa).dequant_packed; }
+
+void store_fence() noexcept {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
 
 }  // namespace ctstream::codecs

@@ -1,5 +1,6 @@
 #include <cstring>
 
+#include "codecs/dequant.hpp"
 #include "reader/rows.hpp"
 
 namespace ctstream::reader {
@@ -33,6 +34,7 @@ uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std
         dec.row(r, row.data());
         std::memcpy(dst, row.data() + g.start * osz, g.len * osz);
       }
+      codecs::store_fence();  // the task's streamed rows, before the join hands them on
     });
     return need;
   }
@@ -49,6 +51,7 @@ uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std
     const uint64_t first = (o * g.dim + g.start) * g.inner / C;
     for (uint64_t i = c * per; i < std::min(rows_per_outer, (c + 1) * per); ++i)
       dec.row(first + i, out.data() + (o * rows_per_outer + i) * C * osz);
+    codecs::store_fence();  // the task's streamed rows (codecs::DequantSpec::stream), before the join
   });
   return need;
 }

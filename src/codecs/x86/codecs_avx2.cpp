@@ -153,7 +153,6 @@ size_t expand_row(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o
     S::template step<false>(m, vb, tmp);
     __builtin_memcpy(o + j * E, tmp, n * E);
   }
-  if constexpr (NT) _mm_sfence();
   return total;
 }
 
@@ -408,7 +407,6 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
     const size_t esz = O == kF32 ? 4 : 2;
     __builtin_memcpy(static_cast<unsigned char*>(out) + j * esz, tmp, n * esz);
   }
-  if constexpr (NT) _mm_sfence();
 }
 
 // ---------------------------------------------------------------- fused 8-bit dequant
@@ -535,7 +533,6 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
       for (size_t k = 0; k < n * osz; ++k) o[j * osz + k] = tmp[k];
     }
   }
-  if constexpr (NT) _mm_sfence();
 }
 
 // ---------------------------------------------------------------- packed int codes -> int8

@@ -125,7 +125,6 @@ size_t expand_row(const uint8_t* mask, const uint8_t* v, size_t cols, uint8_t* o
     else store_first<E>(o + j * E, n, x);
     k += c;
   }
-  if constexpr (NT) _mm_sfence();
   return k;
 }
 
@@ -374,7 +373,6 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
     if constexpr (ZP) z = lane_values<O>(zp, j, g, nb, gs, n);
     chunk<N, O, ZP, NT>(bytes, lutv, s, z, out, j, (1u << n) - 1);
   }
-  if constexpr (NT) _mm_sfence();
 }
 
 // ---------------------------------------------------------------- fused 8-bit dequant
@@ -545,7 +543,6 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
                                      out, j, m);
     }
   }
-  if constexpr (NT) _mm_sfence();
 }
 
 // ---------------------------------------------------------------- fused packed-int dequant
@@ -789,7 +786,6 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
       }
     }
   }
-  if constexpr (NT) _mm_sfence();
 }
 
 }  // namespace

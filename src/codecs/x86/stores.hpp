@@ -5,7 +5,8 @@
 // kernels write each row front to back, so the pieces of consecutive vectors fill every line in the
 // core's write-combining buffer before it leaves (an output 16 bytes past a line, where glibc's
 // malloc and std::vector put large buffers, streams too). Elsewhere, and into stack scratch, plain
-// unaligned stores. A kernel that streamed ends with an sfence.
+// unaligned stores. Kernels do not fence: their caller calls store_fence() after its last row
+// (codecs/dequant.hpp).
 //
 // Internal linkage (an unnamed namespace): each ISA file compiles its own copy with its own flags,
 // so no copy built with wider instructions can be merged into another file's calls.
