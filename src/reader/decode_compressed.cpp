@@ -178,7 +178,8 @@ class ScaledDecoder : public RowDecoder {
 
   // Columns [c0, c1) of row r from 4-bit codes (byte m: column 2m low nibble) whose row starts
   // at byte `row_off` of the main part. False when c0 is not on a byte and group boundary.
-  bool nibbles(uint64_t r, uint64_t row_off, uint64_t c0, uint64_t c1, const float* lut, std::byte* out) const {
+  bool nibbles(uint64_t r, uint64_t row_off, uint64_t c0, uint64_t c1, const float* lut, std::byte* out,
+               bool stream) const {
     const auto goff = scales_.window_offset(c0, cols_);
     if (c0 % 2 || !goff) return false;
     thread_local ReadWindow sw, ss;
@@ -186,28 +187,36 @@ class ScaledDecoder : public RowDecoder {
     auto w = ck_.bytes(main_, row_off + c0 / 2, (c1 - c0 + 1) / 2, sw, /*windowed=*/true);
     const float* zp = scales_.zp_row(r);
     k_.dequant_nibble(reinterpret_cast<const uint8_t*>(w.data()), c1 - c0, lut, scales_.row(r, sf, ss) + *goff,
-                      zp ? zp + *goff : nullptr, spec_, out);
+                      zp ? zp + *goff : nullptr, spec(stream), out);
     return true;
   }
   // n 8-bit codes (int8 / fp8 E4M3) of row r starting at a column whose scale entry is `goff`:
   // the fused kernel where it applies (no act-order, zero points only integer ones), else false.
-  bool byte_codes(uint64_t r, const std::byte* codes, DType code_dtype, uint64_t n, uint64_t goff,
-                  std::byte* out) const {
+  bool byte_codes(uint64_t r, const std::byte* codes, DType code_dtype, uint64_t n, uint64_t goff, std::byte* out,
+                  bool stream) const {
     const float* zp = scales_.zp_row(r);
     const auto code = fused_byte_code(code_dtype, zp, spec_);
     if (!code) return false;
     thread_local ReadWindow ss;
     thread_local std::vector<float> sf;
     k_.dequant_byte(reinterpret_cast<const uint8_t*>(codes), n, *code, scales_.row(r, sf, ss) + goff,
-                    zp ? zp + goff : nullptr, spec_, byte_memo(memo_), out);
+                    zp ? zp + goff : nullptr, spec(stream), byte_memo(memo_), out);
     return true;
   }
   // n f32 values of row r starting at a column whose scale entry is `goff`.
-  void dequant(uint64_t r, const float* x, uint64_t n, uint64_t goff, const int32_t* gidx, std::byte* out) const {
+  void dequant(uint64_t r, const float* x, uint64_t n, uint64_t goff, const int32_t* gidx, std::byte* out,
+               bool stream) const {
     thread_local ReadWindow ss;
     thread_local std::vector<float> sf;
     const float* zp = scales_.zp_row(r);
-    codecs::dequant_f32_row(x, n, scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, gidx, spec_, k_.isa, out);
+    codecs::dequant_f32_row(x, n, scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, gidx, spec(stream), k_.isa,
+                            out);
+  }
+  // The tensor's arithmetic, with or without non-temporal stores (RowDecoder::row).
+  DequantSpec spec(bool stream) const {
+    DequantSpec s = spec_;
+    s.stream = stream;
+    return s;
   }
 
   const Checkpoint::Impl& ck_;
@@ -227,20 +236,20 @@ class PackedIntDecoder final : public ScaledDecoder {
         dense_(!plan.geo.quant.legacy_packing),
         row_bytes_(plan.geo.row_bytes),
         gidx_(load_act_order(ck, plan)) {}
-  void row(uint64_t r, std::byte* out) const override {
+  void row(uint64_t r, std::byte* out, bool stream) const override {
     // int4: the nibble order of the int32 packing on a little-endian host is the fp4 one.
-    if (fused() && nibbles(r, r * row_bytes_, 0, cols_, kInt4Lut.data(), out)) return;
-    if (as_int8() && int8_codes(r, 0, cols_, out)) return;
+    if (fused() && nibbles(r, r * row_bytes_, 0, cols_, kInt4Lut.data(), out, stream)) return;
+    if (as_int8() && int8_codes(r, 0, cols_, out, stream)) return;
     thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
     auto w = ck_.bytes(main_, r * row_bytes_, row_bytes_, sw, /*windowed=*/true);
     xf.resize(cols_);
     codecs::unpack_int_row(reinterpret_cast<const uint8_t*>(w.data()), bits_, dense_, cols_, xf.data());
-    dequant(r, xf.data(), cols_, 0, gidx_.empty() ? nullptr : gidx_.data(), out);
+    dequant(r, xf.data(), cols_, 0, gidx_.empty() ? nullptr : gidx_.data(), out, stream);
   }
-  bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
-    if (fused()) return nibbles(r, r * row_bytes_, c0, c1, kInt4Lut.data(), out);
-    return as_int8() && int8_codes(r, c0, c1, out);
+  bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out, bool stream) const override {
+    if (fused()) return nibbles(r, r * row_bytes_, c0, c1, kInt4Lut.data(), out, stream);
+    return as_int8() && int8_codes(r, c0, c1, out, stream);
   }
 
  private:
@@ -251,7 +260,7 @@ class PackedIntDecoder final : public ScaledDecoder {
   bool as_int8() const { return bits_ != 4 && gidx_.empty() && (dense_ || 32 % bits_ == 0); }
   // Columns [c0, c1) of row r; false when c0 is not on a group boundary or the 8-bit kernel's
   // arithmetic does not apply (zero points whose subtraction rounds).
-  bool int8_codes(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const {
+  bool int8_codes(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out, bool stream) const {
     const auto goff = scales_.window_offset(c0, cols_);
     if (!goff) return false;
     const float* zp = scales_.zp_row(r);
@@ -262,7 +271,7 @@ class PackedIntDecoder final : public ScaledDecoder {
     if (bit0 % 8 == 0) {  // the window's codes start on a byte: read only their bytes, one fused pass
       auto w = ck_.bytes(main_, r * row_bytes_ + bit0 / 8, ((c1 - c0) * bits_ + 7) / 8, sw, /*windowed=*/true);
       k_.dequant_packed(reinterpret_cast<const uint8_t*>(w.data()), bits_, c1 - c0, scales_.row(r, sf, ss) + *goff,
-                        zp ? zp + *goff : nullptr, spec_, byte_memo(memo_), out);
+                        zp ? zp + *goff : nullptr, spec(stream), byte_memo(memo_), out);
       return true;
     }
     // A window starting mid-byte (a group size that is not a multiple of 8): the codes up to c1
@@ -271,7 +280,7 @@ class PackedIntDecoder final : public ScaledDecoder {
     auto w = ck_.bytes(main_, r * row_bytes_, row_bytes_, sw, /*windowed=*/true);
     codes.resize(c1);
     k_.unpack_int8(reinterpret_cast<const uint8_t*>(w.data()), bits_, c1, codes.data());
-    return byte_codes(r, reinterpret_cast<const std::byte*>(codes.data() + c0), DType::I8, c1 - c0, *goff, out);
+    return byte_codes(r, reinterpret_cast<const std::byte*>(codes.data() + c0), DType::I8, c1 - c0, *goff, out, stream);
   }
   unsigned bits_;
   bool dense_;
@@ -286,12 +295,12 @@ class NaiveDecoder final : public ScaledDecoder {
       : ScaledDecoder(ck, plan, out), gidx_(load_act_order(ck, plan)) {
     assert(main_.dtype == DType::I8 || main_.dtype == DType::F8_E4M3);  // format table
   }
-  void row(uint64_t r, std::byte* out) const override { window(r, 0, cols_, 0, out); }
-  bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
+  void row(uint64_t r, std::byte* out, bool stream) const override { window(r, 0, cols_, 0, out, stream); }
+  bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out, bool stream) const override {
     if (!gidx_.empty()) return false;  // act-order: a column's scale is not found from its position
     const auto goff = scales_.window_offset(c0, cols_);
     if (!goff) return false;
-    window(r, c0, c1, *goff, out);
+    window(r, c0, c1, *goff, out, stream);
     return true;
   }
   static void values_to_f32(DType d, const std::byte* v, uint64_t n, float* x) {
@@ -302,14 +311,14 @@ class NaiveDecoder final : public ScaledDecoder {
   }
 
  private:
-  void window(uint64_t r, uint64_t c0, uint64_t c1, uint64_t goff, std::byte* out) const {
+  void window(uint64_t r, uint64_t c0, uint64_t c1, uint64_t goff, std::byte* out, bool stream) const {
     thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
     auto v = ck_.bytes(main_, r * cols_ + c0, c1 - c0, sw, /*windowed=*/true);
-    if (gidx_.empty() && byte_codes(r, v.data(), main_.dtype, c1 - c0, goff, out)) return;
+    if (gidx_.empty() && byte_codes(r, v.data(), main_.dtype, c1 - c0, goff, out, stream)) return;
     xf.resize(c1 - c0);
     values_to_f32(main_.dtype, v.data(), c1 - c0, xf.data());
-    dequant(r, xf.data(), c1 - c0, goff, gidx_.empty() ? nullptr : gidx_.data(), out);
+    dequant(r, xf.data(), c1 - c0, goff, gidx_.empty() ? nullptr : gidx_.data(), out, stream);
   }
   std::vector<int32_t> gidx_;  // act-order scale column of each column; empty: plain order
 };
@@ -318,9 +327,11 @@ class NaiveDecoder final : public ScaledDecoder {
 class Fp4Decoder final : public ScaledDecoder {
  public:
   Fp4Decoder(const Checkpoint::Impl& ck, const DecodePlan& plan, DType out) : ScaledDecoder(ck, plan, out) {}
-  void row(uint64_t r, std::byte* out) const override { nibbles(r, r * cols_ / 2, 0, cols_, e2m1_lut().data(), out); }
-  bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out) const override {
-    return nibbles(r, r * cols_ / 2, c0, c1, e2m1_lut().data(), out);
+  void row(uint64_t r, std::byte* out, bool stream) const override {
+    nibbles(r, r * cols_ / 2, 0, cols_, e2m1_lut().data(), out, stream);
+  }
+  bool row_window(uint64_t r, uint64_t c0, uint64_t c1, std::byte* out, bool stream) const override {
+    return nibbles(r, r * cols_ / 2, c0, c1, e2m1_lut().data(), out, stream);
   }
 };
 
@@ -328,7 +339,7 @@ class Fp4Decoder final : public ScaledDecoder {
 class Fp6Decoder final : public ScaledDecoder {
  public:
   Fp6Decoder(const Checkpoint::Impl& ck, const DecodePlan& plan, DType out) : ScaledDecoder(ck, plan, out) {}
-  void row(uint64_t r, std::byte* out) const override {
+  void row(uint64_t r, std::byte* out, bool stream) const override {
     thread_local ReadWindow sw;
     thread_local std::vector<float> xf;
     const uint64_t rb = cols_ / 4 * 3;
@@ -336,7 +347,7 @@ class Fp6Decoder final : public ScaledDecoder {
     xf.resize(cols_);
     const auto* row = reinterpret_cast<const uint8_t*>(w.data());
     for (uint64_t j = 0; j < cols_; ++j) xf[j] = codecs::e2m3_to_f32(codecs::fp6_code(row, j));
-    dequant(r, xf.data(), cols_, 0, nullptr, out);
+    dequant(r, xf.data(), cols_, 0, nullptr, out, stream);
   }
 };
 
@@ -366,7 +377,7 @@ class SparseDecoder final : public RowDecoder {
     }
     if (!t_.quantized && values_.dtype != out) convert_ = k_.convert(values_.dtype, out);
   }
-  void row(uint64_t r, std::byte* out) const override {
+  void row(uint64_t r, std::byte* out, bool stream) const override {
     thread_local ReadWindow sv, ss;
     thread_local std::vector<std::byte> dense;
     thread_local std::vector<float> sf, xf;
@@ -376,7 +387,7 @@ class SparseDecoder final : public RowDecoder {
                                                               : values_view_.subspan(start[r] * vsz_, n * vsz_);
     const auto* mask = reinterpret_cast<const uint8_t*>(index_.mask.data()) + r * mbytes_;
     if (!t_.quantized && !convert_) {
-      expand_(mask, v.data(), cols_, out, spec_.stream);
+      expand_(mask, v.data(), cols_, out, stream);
       return;
     }
     dense.resize(cols_ * vsz_);
@@ -387,13 +398,13 @@ class SparseDecoder final : public RowDecoder {
     }
     const float* zp = scales_->zp_row(r);
     if (const auto code = fused_byte_code(values_.dtype, zp, spec_)) {
-      k_.dequant_byte(reinterpret_cast<const uint8_t*>(dense.data()), cols_, *code, scales_->row(r, sf, ss), zp, spec_,
-                      byte_memo(memo_), out);
+      k_.dequant_byte(reinterpret_cast<const uint8_t*>(dense.data()), cols_, *code, scales_->row(r, sf, ss), zp,
+                      spec(stream), byte_memo(memo_), out);
       return;
     }
     xf.resize(cols_);
     NaiveDecoder::values_to_f32(values_.dtype, dense.data(), cols_, xf.data());
-    codecs::dequant_f32_row(xf.data(), cols_, scales_->row(r, sf, ss), zp, nullptr, spec_, k_.isa, out);
+    codecs::dequant_f32_row(xf.data(), cols_, scales_->row(r, sf, ss), zp, nullptr, spec(stream), k_.isa, out);
   }
 
  private:
@@ -403,6 +414,11 @@ class SparseDecoder final : public RowDecoder {
   uint64_t cols_;
   uint64_t vsz_, mbytes_;
   SparseIndex index_;
+  DequantSpec spec(bool stream) const {  // as ScaledDecoder::spec
+    DequantSpec s = spec_;
+    s.stream = stream;
+    return s;
+  }
   DequantSpec spec_;                        // quantized values
   bool memo_;                               // rows repeat their scales: offer the 8-bit kernel a table memo
   std::span<const std::byte> values_view_;  // mmap mode: the guarded mapping of the values

@@ -33,11 +33,9 @@ struct DecodePlan {
 
   /// The stored part of `role`, or nullptr.
   const TensorPart* part(format::Role role) const noexcept { return by_role[static_cast<size_t>(role)]; }
-  /// The dequantization arguments of an output of `out` (the scale dtype S is TensorInfo::dtype).
-  codecs::DequantSpec dequant(DType out) const {
-    const bool large = geo.rows * geo.cols * (dtype_bits(out) / 8) >= codecs::kStreamStoresFrom;
-    return {t->dtype, out, geo.scale.group_size, int_values, large};
-  }
+  /// The dequantization arguments of an output of `out` (the scale dtype S is TensorInfo::dtype);
+  /// whether a row streams is the caller's, per row (RowDecoder::row).
+  codecs::DequantSpec dequant(DType out) const { return {t->dtype, out, geo.scale.group_size, int_values, false}; }
   /// Why decoding into `out` (a slice of it when `sliced`) is refused; empty when it is not. The
   /// one statement of every dtype rule, for the CPU and the CUDA path alike.
   std::string refusal(DType out, bool sliced) const;

@@ -14,12 +14,16 @@ namespace ctstream::reader {
 class RowDecoder {
  public:
   virtual ~RowDecoder() = default;
-  /// Writes row r (all columns) to `out` in the output dtype. Called concurrently.
-  virtual void row(uint64_t r, std::byte* out) const = 0;
+  /// Writes row r (all columns) to `out` in the output dtype. Called concurrently. `stream`: `out`
+  /// is the caller's large output, not scratch, so the kernels may write it with non-temporal
+  /// stores (codecs::DequantSpec::stream; run_rows fences once per task).
+  virtual void row(uint64_t r, std::byte* out, bool stream) const = 0;
   /// Writes only columns [c0, c1) of row r, reading only what they need (tensor-parallel
   /// column shards). Returns false when the layout does not allow it (then run_rows decodes the
   /// whole row and copies the window).
-  virtual bool row_window(uint64_t /*r*/, uint64_t /*c0*/, uint64_t /*c1*/, std::byte* /*out*/) const { return false; }
+  virtual bool row_window(uint64_t /*r*/, uint64_t /*c0*/, uint64_t /*c1*/, std::byte* /*out*/, bool /*stream*/) const {
+    return false;
+  }
   /// True when the decoder reads its parts through read windows even in mmap mode (quantized
   /// formats, whose input is at most half the output); run_rows then does not populate the
   /// mapping. Sparse formats read mapped values (faster there: no extra copy of half the output).

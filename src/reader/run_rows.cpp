@@ -19,6 +19,9 @@ uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std
     if (!dec.windowed()) ck.file_of(p).populate(p.offset, p.nbytes);  // one call instead of a fault per page
   }
   const unsigned threads = need >= 4 * kTaskBytes ? ck.threads() : 1;
+  // Rows written straight into a large output stream past the caches (non-temporal stores, fenced
+  // once per task below); rows decoded into scratch never do: they are read back at once.
+  const bool stream = need >= codecs::kStreamStoresFrom;
 
   if (slice && !t.shape.empty() && slice->dim == t.shape.size() - 1) {
     // Slice of the last dim (the columns; the only dim of a 1-D tensor, which is one row): decode
@@ -30,8 +33,8 @@ uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std
       row.resize(C * osz);
       for (uint64_t r = task * per; r < std::min(rows, (task + 1) * per); ++r) {
         std::byte* dst = out.data() + r * g.len * osz;
-        if (dec.row_window(r, g.start, g.start + g.len, dst)) continue;
-        dec.row(r, row.data());
+        if (dec.row_window(r, g.start, g.start + g.len, dst, stream)) continue;
+        dec.row(r, row.data(), /*stream=*/false);
         std::memcpy(dst, row.data() + g.start * osz, g.len * osz);
       }
       codecs::store_fence();  // the task's streamed rows, before the join hands them on
@@ -50,7 +53,7 @@ uint64_t run_rows(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std
     const uint64_t o = task / tasks_per_outer, c = task % tasks_per_outer;
     const uint64_t first = (o * g.dim + g.start) * g.inner / C;
     for (uint64_t i = c * per; i < std::min(rows_per_outer, (c + 1) * per); ++i)
-      dec.row(first + i, out.data() + (o * rows_per_outer + i) * C * osz);
+      dec.row(first + i, out.data() + (o * rows_per_outer + i) * C * osz, stream);
     codecs::store_fence();  // the task's streamed rows (codecs::DequantSpec::stream), before the join
   });
   return need;
