@@ -296,7 +296,7 @@ void BM_dequant_packed(benchmark::State& st, unsigned bits, size_t cols, DType d
   std::vector<float> scale(kRows * groups);
   for (auto& s : scale) s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(sd(rng)))));
   const Output out(n_out * osz);
-  const codecs::DequantSpec spec{DType::BF16, d, kGroup, true, out.size() >= codecs::kStreamStoresFrom};
+  const codecs::DequantSpec spec{DType::BF16, d, kGroup, true, streams(Stores::reader, out.size())};
   const auto fused = codecs::dequant_packed_kernel(isa);  // what the reader calls
   const auto unpack = codecs::unpack_int8_kernel(isa);    // two_pass: the composition it replaced
   const auto dequant = codecs::dequant_byte_kernel(isa);

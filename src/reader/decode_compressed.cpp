@@ -146,6 +146,11 @@ std::optional<codecs::ByteCode> fused_byte_code(DType d, const float* zp, const 
   if (d == DType::F8_E4M3) return codecs::ByteCode::e4m3;
   return std::nullopt;
 }
+// A tensor's arithmetic `spec`, with or without non-temporal stores (RowDecoder::row's `stream`).
+DequantSpec with_stream(DequantSpec spec, bool stream) {
+  spec.stream = stream;
+  return spec;
+}
 // Block-quantized weights repeat each row's scales block_rows times (DecodePlan::rows_repeat_scales):
 // the 8-bit kernel is then offered the calling thread's table memo (it keys every table it keeps,
 // so one memo serves all).
@@ -187,7 +192,7 @@ class ScaledDecoder : public RowDecoder {
     auto w = ck_.bytes(main_, row_off + c0 / 2, (c1 - c0 + 1) / 2, sw, /*windowed=*/true);
     const float* zp = scales_.zp_row(r);
     k_.dequant_nibble(reinterpret_cast<const uint8_t*>(w.data()), c1 - c0, lut, scales_.row(r, sf, ss) + *goff,
-                      zp ? zp + *goff : nullptr, spec(stream), out);
+                      zp ? zp + *goff : nullptr, with_stream(spec_, stream), out);
     return true;
   }
   // n 8-bit codes (int8 / fp8 E4M3) of row r starting at a column whose scale entry is `goff`:
@@ -200,7 +205,7 @@ class ScaledDecoder : public RowDecoder {
     thread_local ReadWindow ss;
     thread_local std::vector<float> sf;
     k_.dequant_byte(reinterpret_cast<const uint8_t*>(codes), n, *code, scales_.row(r, sf, ss) + goff,
-                    zp ? zp + goff : nullptr, spec(stream), byte_memo(memo_), out);
+                    zp ? zp + goff : nullptr, with_stream(spec_, stream), byte_memo(memo_), out);
     return true;
   }
   // n f32 values of row r starting at a column whose scale entry is `goff`.
@@ -209,14 +214,8 @@ class ScaledDecoder : public RowDecoder {
     thread_local ReadWindow ss;
     thread_local std::vector<float> sf;
     const float* zp = scales_.zp_row(r);
-    codecs::dequant_f32_row(x, n, scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, gidx, spec(stream), k_.isa,
-                            out);
-  }
-  // The tensor's arithmetic, with or without non-temporal stores (RowDecoder::row).
-  DequantSpec spec(bool stream) const {
-    DequantSpec s = spec_;
-    s.stream = stream;
-    return s;
+    codecs::dequant_f32_row(x, n, scales_.row(r, sf, ss) + goff, zp ? zp + goff : nullptr, gidx,
+                            with_stream(spec_, stream), k_.isa, out);
   }
 
   const Checkpoint::Impl& ck_;
@@ -271,7 +270,7 @@ class PackedIntDecoder final : public ScaledDecoder {
     if (bit0 % 8 == 0) {  // the window's codes start on a byte: read only their bytes, one fused pass
       auto w = ck_.bytes(main_, r * row_bytes_ + bit0 / 8, ((c1 - c0) * bits_ + 7) / 8, sw, /*windowed=*/true);
       k_.dequant_packed(reinterpret_cast<const uint8_t*>(w.data()), bits_, c1 - c0, scales_.row(r, sf, ss) + *goff,
-                        zp ? zp + *goff : nullptr, spec(stream), byte_memo(memo_), out);
+                        zp ? zp + *goff : nullptr, with_stream(spec_, stream), byte_memo(memo_), out);
       return true;
     }
     // A window starting mid-byte (a group size that is not a multiple of 8): the codes up to c1
@@ -399,12 +398,13 @@ class SparseDecoder final : public RowDecoder {
     const float* zp = scales_->zp_row(r);
     if (const auto code = fused_byte_code(values_.dtype, zp, spec_)) {
       k_.dequant_byte(reinterpret_cast<const uint8_t*>(dense.data()), cols_, *code, scales_->row(r, sf, ss), zp,
-                      spec(stream), byte_memo(memo_), out);
+                      with_stream(spec_, stream), byte_memo(memo_), out);
       return;
     }
     xf.resize(cols_);
     NaiveDecoder::values_to_f32(values_.dtype, dense.data(), cols_, xf.data());
-    codecs::dequant_f32_row(xf.data(), cols_, scales_->row(r, sf, ss), zp, nullptr, spec(stream), k_.isa, out);
+    codecs::dequant_f32_row(xf.data(), cols_, scales_->row(r, sf, ss), zp, nullptr, with_stream(spec_, stream), k_.isa,
+                            out);
   }
 
  private:
@@ -414,11 +414,6 @@ class SparseDecoder final : public RowDecoder {
   uint64_t cols_;
   uint64_t vsz_, mbytes_;
   SparseIndex index_;
-  DequantSpec spec(bool stream) const {  // as ScaledDecoder::spec
-    DequantSpec s = spec_;
-    s.stream = stream;
-    return s;
-  }
   DequantSpec spec_;                        // quantized values
   bool memo_;                               // rows repeat their scales: offer the 8-bit kernel a table memo
   std::span<const std::byte> values_view_;  // mmap mode: the guarded mapping of the values

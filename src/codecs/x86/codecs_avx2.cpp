@@ -514,14 +514,12 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
     const bool fold = E4M3 && !ZP && (sbits & 0x7F800000u) < ((127u + 119u) << 23);
     const __m256 s16 = fold ? _mm256_mul_ps(s, _mm256_set1_ps(256.f)) : s;
     // int8 codes are finite: with a finite scale and zero point no output is NaN (E4M3 has NaN codes).
-    if (!E4M3 && finite(scale[g]) && (!ZP || finite(zp[g])))
+    simd::with_flag(!E4M3 && finite(scale[g]) && (!ZP || finite(zp[g])), [&](auto no_nan) {
       for (; j + 16 <= j1; j += 16)
-        byte_chunk16<N, O, ZP, E4M3, NT, false>(
+        byte_chunk16<N, O, ZP, E4M3, NT, !decltype(no_nan)::value>(
             _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), flip), s16, z, fold,
             o + j * osz);
-    for (; j + 16 <= j1; j += 16)
-      byte_chunk16<N, O, ZP, E4M3, NT>(
-          _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), flip), s16, z, fold, o + j * osz);
+    });
     for (; j + 8 <= j1; j += 8)
       byte_chunk<N, O, ZP, E4M3, NT>(_mm_xor_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)), flip),
                                      s, z, o + j * osz);
