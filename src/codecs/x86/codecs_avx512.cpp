@@ -20,7 +20,7 @@ using x86::put256;  // the streaming stores of codecs/x86/stores.hpp
 
 // A whole 512-bit vector, as put256 stores: one non-temporal store on a line, else two halves.
 template <bool NT>
-inline void put512(void* p, __m512i v) {
+[[gnu::always_inline]] inline void put512(void* p, __m512i v) {
   if constexpr (NT) {
     if ((reinterpret_cast<uintptr_t>(p) & 63) == 0) return _mm512_stream_si512(static_cast<__m512i*>(p), v);
     if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
@@ -31,13 +31,13 @@ inline void put512(void* p, __m512i v) {
   _mm512_storeu_si512(p, v);
 }
 template <bool NT>
-inline void put512(float* p, __m512 v) {
+[[gnu::always_inline]] inline void put512(float* p, __m512 v) {
   put512<NT>(static_cast<void*>(p), _mm512_castps_si512(v));
 }
 
 // Words 0-31 (w0) and 32-63 (w1) of a 64-word run at o, of which the first n (<= 64) are kept.
 template <bool NT>
-inline void store_words64(uint16_t* o, __m512i w0, __m512i w1, unsigned n) {
+[[gnu::always_inline]] inline void store_words64(uint16_t* o, __m512i w0, __m512i w1, unsigned n) {
   if (n == 64) {
     put512<NT>(o, w0);
     put512<NT>(o + 32, w1);
@@ -193,7 +193,7 @@ inline __m512i col_a() {
 }
 
 template <Kind N, Kind O, bool ZP, bool NT>
-inline void chunk(__m128i bytes, __m512 lutv, Lanes s, Lanes z, void* out, size_t j, uint32_t valid) {
+[[gnu::always_inline]] inline void chunk(__m128i bytes, __m512 lutv, Lanes s, Lanes z, void* out, size_t j, uint32_t valid) {
   if constexpr (O == kF32) bytes = _mm_shuffle_epi8(bytes, byte_order<O>());
   const __m512i ia = _mm512_cvtepu8_epi32(bytes);
   const __m512i ib = _mm512_srli_epi32(ia, 4);
@@ -235,7 +235,7 @@ inline void chunk(__m128i bytes, __m512 lutv, Lanes s, Lanes z, void* out, size_
 // Per-lane scale (or zero point) vectors for the chunk at column j whose first column is in
 // group g (ending at column nb), n valid columns; reads only entries of groups those columns use.
 template <Kind O>
-inline Lanes lane_values(const float* t, size_t j, size_t g, size_t nb, size_t gs, unsigned n) {
+[[gnu::always_inline]] inline Lanes lane_values(const float* t, size_t j, size_t g, size_t nb, size_t gs, unsigned n) {
   const __m512i ca = col_a<O>(), cb = _mm512_add_epi32(ca, _mm512_set1_epi32(1));
   if (gs == 1) {  // one entry per column: gather t[j + col] for valid columns
     const __m512i lim = _mm512_set1_epi32(static_cast<int>(n));
@@ -280,14 +280,14 @@ inline __m512i table16(__m512 t) {
 // low word's bits 4:0 are b & 0x1F (low nibble; bit 4 selects the duplicate half of the table),
 // its high word is b >> 4 (high nibble) -- columns 2m and 2m+1 in order.
 template <bool NT>
-inline void chunk_table16(const uint8_t* p, __m512i tab, uint16_t* o) {
+[[gnu::always_inline]] inline void chunk_table16(const uint8_t* p, __m512i tab, uint16_t* o) {
   const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m512i idx = _mm512_madd_epi16(x, _mm512_set1_epi32(0x1001));
   put512<NT>(o, _mm512_permutexvar_epi16(idx, tab));
 }
 // 32 columns of f32 output: the 16-float table through vpermps, lanes ordered as in chunk().
 template <bool NT>
-inline void chunk_table32(const uint8_t* p, __m512 tab, float* o) {
+[[gnu::always_inline]] inline void chunk_table32(const uint8_t* p, __m512 tab, float* o) {
   const __m128i bytes = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), byte_order<kF32>());
   const __m512i ia = _mm512_cvtepu8_epi32(bytes);
   const __m512 a = _mm512_permutexvar_ps(ia, tab), b = _mm512_permutexvar_ps(_mm512_srli_epi32(ia, 4), tab);
@@ -310,7 +310,7 @@ inline __m512i pair_table16(__m512 t0, __m512 t1) {
   }
 }
 template <bool NT>
-inline void chunk_pair16(const uint8_t* p, __m512i tab, uint16_t* o) {
+[[gnu::always_inline]] inline void chunk_pair16(const uint8_t* p, __m512i tab, uint16_t* o) {
   const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m512i idx = _mm512_madd_epi16(x, _mm512_set1_epi32(0x1001));  // as in chunk_table16
   const __m512i second = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0x00100010, 0x00100010, 0x00100010, 0x00100010,
@@ -320,7 +320,7 @@ inline void chunk_pair16(const uint8_t* p, __m512i tab, uint16_t* o) {
   put512<NT>(o, _mm512_permutexvar_epi16(sel, tab));
 }
 template <bool NT>
-inline void chunk_pair32(const uint8_t* p, __m512 tab0, __m512 tab1, float* o) {
+[[gnu::always_inline]] inline void chunk_pair32(const uint8_t* p, __m512 tab0, __m512 tab1, float* o) {
   const __m128i bytes = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), byte_order<kF32>());
   const __m512i ia = _mm512_cvtepu8_epi32(bytes);
   const __m512i second = _mm512_and_si512(col_a<kF32>(), _mm512_set1_epi32(16));  // lanes of columns 16-31
@@ -402,7 +402,7 @@ inline __m512 byte_values(__m128i bytes) {
 }
 
 template <Kind N, Kind O, bool ZP, bool E4M3, bool NT = false>
-inline void byte_chunk(__m128i bytes, __m512 s, __m512 z, void* out, size_t j, __mmask16 valid) {
+[[gnu::always_inline]] inline void byte_chunk(__m128i bytes, __m512 s, __m512 z, void* out, size_t j, __mmask16 valid) {
   __m512 p = byte_values<E4M3>(bytes);
   if constexpr (ZP) p = _mm512_sub_ps(p, z);
   p = _mm512_mul_ps(p, s);
@@ -448,7 +448,7 @@ template <Kind N, Kind O, bool ZP, bool E4M3>
 }
 // Up to 64 columns from 64 code bytes (`n` of them valid) at out + j.
 template <bool NT>
-inline void byte_lookup(const ByteTable& t, __m512i c, uint16_t* o, unsigned n) {
+[[gnu::always_inline]] inline void byte_lookup(const ByteTable& t, __m512i c, uint16_t* o, unsigned n) {
   const __mmask64 top = _mm512_movepi8_mask(c);
   const __m512i lo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.lo[0], c, t.lo[1]),
                                             _mm512_permutex2var_epi8(t.lo[2], c, t.lo[3]));
@@ -690,8 +690,27 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
   __m512 ft0 = _mm512_setzero_ps(), ft1 = ft0;  // f32 output's table
   const ByteTable* bt = nullptr;
   int kind = 0;
-  size_t g = 0, g0 = 0, tg = ~size_t(0);  // group g = columns [g0, g0 + gs); tg: the group of the table held
-  for (size_t j = 0, b = 0; j < cols; j += 64, b += step) {
+  size_t j = 0, b = 0, g = 0, g0 = 0;  // group g = columns [g0, g0 + gs)
+  if constexpr (O != kF32) {
+    // Groups of whole steps, each looked up through its own PackedTable and read with plain loads,
+    // in one tight loop: at group size 128 the general loop's per-step group and load bookkeeping
+    // cost as much as the lookups. The row's last steps (masked loads) go on below.
+    const size_t steps = gs / 64;
+    if (gs % 64 == 0 && packed_table_kind(bits, gs, memo != nullptr) == 1) {
+      simd::with_flag(bits <= 6, [&](auto one_reg) {
+        constexpr unsigned R = decltype(one_reg)::value ? 1 : 2;
+        for (; cols - g0 >= gs && nbytes - b >= step * (steps - 1) + 64; ++g, g0 += gs, b += step * steps) {
+          const PackedTable t = packed_table<N, O, ZP>(
+              bits, _mm512_set1_ps(scale[g]), ZP ? _mm512_set1_ps(zp[g]) : _mm512_setzero_ps());
+          uint16_t* o = static_cast<uint16_t*>(out) + g0;
+          for (size_t i = 0; i < steps; ++i)
+            packed_lookup<R, NT>(t, step_codes(_mm512_loadu_si512(words + b + i * step), vil, vctl), o + 64 * i, 64);
+        }
+      });
+      j = g0;
+    }
+  }
+  for (size_t tg = ~size_t(0); j < cols; j += 64, b += step) {  // tg: the group of the table held
     const unsigned n = cols - j < 64 ? static_cast<unsigned>(cols - j) : 64;
     // A plain load while 64 of the row's bytes remain, else exactly the bytes of this step.
     const __m512i in =
@@ -717,8 +736,20 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
         }
         if (kind == 1) {
           // Unmasked: the table repeats its 2^b entries over the index bits the lookup reads.
-          const __m512i u = step_codes(in, vil, vctl);
-          packed_lookup<NT>(pt, bits, u, static_cast<uint16_t*>(out) + j, n);
+          uint16_t* o = static_cast<uint16_t*>(out);
+          packed_lookup<NT>(pt, bits, step_codes(in, vil, vctl), o + j, n);
+          // The whole steps after this one in the group, read with plain loads, in one tight loop:
+          // the step above carries the group and load bookkeeping, which spilled in a loop of its own.
+          const size_t kg = (g1 - j - n) / 64, kb = nbytes - b >= 64 + step ? (nbytes - b - 64) / step : 0;
+          const size_t k = kg < kb ? kg : kb;
+          if (bits <= 6)
+            for (size_t i = 1; i <= k; ++i)
+              packed_lookup<1, NT>(pt, step_codes(_mm512_loadu_si512(words + b + i * step), vil, vctl), o + j + 64 * i, 64);
+          else
+            for (size_t i = 1; i <= k; ++i)
+              packed_lookup<2, NT>(pt, step_codes(_mm512_loadu_si512(words + b + i * step), vil, vctl), o + j + 64 * i, 64);
+          j += 64 * k;
+          b += step * k;
           continue;
         }
         if (kind == 2) {

@@ -18,13 +18,13 @@ namespace ctstream::codecs::x86 {
 namespace {
 
 template <bool NT>
-inline void put128(void* p, __m128i v) {
+[[gnu::always_inline]] inline void put128(void* p, __m128i v) {
   if constexpr (NT)
     if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) return _mm_stream_si128(static_cast<__m128i*>(p), v);
   _mm_storeu_si128(static_cast<__m128i*>(p), v);
 }
 template <bool NT>
-inline void put256(void* p, __m256i v) {
+[[gnu::always_inline]] inline void put256(void* p, __m256i v) {
   if constexpr (NT) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     if ((a & 31) == 0) return _mm256_stream_si256(static_cast<__m256i*>(p), v);
@@ -36,7 +36,7 @@ inline void put256(void* p, __m256i v) {
   _mm256_storeu_si256(static_cast<__m256i*>(p), v);
 }
 template <bool NT>
-inline void put256(void* p, __m256 v) {
+[[gnu::always_inline]] inline void put256(void* p, __m256 v) {
   put256<NT>(p, _mm256_castps_si256(v));
 }
 
