@@ -569,6 +569,73 @@ inline __m256i unpack16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
   return _mm256_and_si256(_mm256_srli_epi16(w, 8), _mm256_set1_epi16(static_cast<short>((1u << bits) - 1)));
 }
 
+
+// ---------------------------------------------------------------- fused packed int1-4 dequant
+//
+// Codes of at most 4 bits take one of 16 values, so inside a group the output is a function of u
+// alone, as in the nibble kernel: its per-group table (group_values over the code values u - 2^(b-1)
+// as f32, table16 / natural_image: the 8-bit kernel's arithmetic on the same int8 values, so the
+// same bits) looked up by the codes unpack16 leaves, 32 columns a step. Entries past 2^b are never
+// looked up (u is masked to b bits).
+
+// 32 columns of 16-bit output from the codes at p (reach 3 * bits + 16 bytes). packus of the two
+// unpack16 halves leaves per lane codes 0-7 and 16-23 (lane 0), 8-15 and 24-31 (lane 1): the
+// byte lookups interleaved by unpacklo/hi_epi8 are then columns 0-15 and 16-31.
+template <bool NT>
+inline void packed_table16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl, const Table16& tab, uint16_t* o) {
+  const __m256i idx = _mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl));
+  const __m256i l = _mm256_shuffle_epi8(tab.lo, idx), h = _mm256_shuffle_epi8(tab.hi, idx);
+  put256<NT>(o, _mm256_unpacklo_epi8(l, h));
+  put256<NT>(o + 16, _mm256_unpackhi_epi8(l, h));
+}
+// 32 columns of f32 output: the codes in order (qwords 0 2 1 3 of the packus), 8 at a time
+// through the two 8-float tables.
+template <bool NT>
+inline void packed_table32(const uint8_t* p, unsigned bits, const UnpackCtl& ctl, __m256 tab_lo, __m256 tab_hi,
+                           float* o) {
+  const __m256i u = _mm256_permute4x64_epi64(
+      _mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl)), 0xD8);
+  const __m128i u0 = _mm256_castsi256_si128(u), u1 = _mm256_extracti128_si256(u, 1);
+  put256<NT>(o, lut_lookup(_mm256_cvtepu8_epi32(u0), tab_lo, tab_hi));
+  put256<NT>(o + 8, lut_lookup(_mm256_cvtepu8_epi32(_mm_srli_si128(u0, 8)), tab_lo, tab_hi));
+  put256<NT>(o + 16, lut_lookup(_mm256_cvtepu8_epi32(u1), tab_lo, tab_hi));
+  put256<NT>(o + 24, lut_lookup(_mm256_cvtepu8_epi32(_mm_srli_si128(u1, 8)), tab_lo, tab_hi));
+}
+// Columns from 0 through the tables, 32 a step, while the step's loads stay inside the row's
+// bytes (group size a multiple of 32); returns the columns done: a group's first column, or in
+// the row's last group any multiple of 32, so that the columns left lie in whole groups or all
+// in the group of the first (the caller's two-pass rest starts at that group's scale).
+template <Kind N, Kind O, bool ZP, bool NT>
+size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp, size_t gs,
+                     void* out) {
+  if (gs % 32 != 0) return 0;
+  const UnpackCtl ctl = unpack_ctl(bits);
+  alignas(32) float lut[16];
+  for (int e = 0; e < 16; ++e) lut[e] = static_cast<float>(e - (1 << (bits - 1)));
+  const __m256 lut_lo = _mm256_load_ps(lut), lut_hi = _mm256_load_ps(lut + 8);
+  const uint64_t nbytes = (cols * bits + 7) / 8, reach = 3ull * bits + 16;
+  const auto fits = [&](size_t j) { return j / 8 * bits + reach <= nbytes; };  // the step at column j
+  for (size_t g = 0, g0 = 0; g0 < cols; ++g, g0 += gs) {
+    const size_t g1 = cols - g0 > gs ? g0 + gs : cols;
+    const size_t last = g1 == cols ? (g1 - g0) / 32 * 32 + g0 : g1;  // end of the group's whole steps
+    if (g1 != cols && !fits(g1 - 32)) return g0;
+    if (last == g0 || !fits(g0)) return g0;
+    const Lanes t = group_values<ZP>(lut_lo, lut_hi, scale, zp, g);
+    size_t j = g0;
+    if constexpr (O == kF32) {
+      const __m256 tab_lo = natural_image<N>(t.a), tab_hi = natural_image<N>(t.b);
+      for (; j < last && fits(j); j += 32)
+        packed_table32<NT>(words + j / 8 * bits, bits, ctl, tab_lo, tab_hi, static_cast<float*>(out) + j);
+    } else {
+      const Table16 tab = table16<N, O>(t);
+      for (; j < last && fits(j); j += 32)
+        packed_table16<NT>(words + j / 8 * bits, bits, ctl, tab, static_cast<uint16_t*>(out) + j);
+    }
+    if (j < g1) return j;  // the row's last group: its rest
+  }
+  return cols;
+}
+
 }  // namespace
 
 size_t bitmask_expand_1(const uint8_t* m, const void* v, size_t c, void* o, bool stream) noexcept {
@@ -638,21 +705,31 @@ void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) 
     }
   }
 }
-// 8-bit codes are whole bytes: the 8-bit kernel with the top bit flipped; narrower ones unpacked
-// into an int8 row first (dequant_packed_two_pass).
+// 8-bit codes are whole bytes: the 8-bit kernel with the top bit flipped. Codes of 1-4 bits: whole
+// groups through per-group tables (packed_groups). The rest unpacked into an int8 row first
+// (dequant_packed_two_pass), from the first group the tables left: a group starts on a byte.
 void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
                     const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept {
-  if (bits == 8) {
-    const size_t gs = static_cast<size_t>(spec.group_size);
-    return simd::with_kinds(spec, [&](auto n, auto o) {
-      simd::with_flag(zp != nullptr, [&](auto z) {
-        simd::with_flag(spec.stream, [&](auto nt) {
-          byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, false, decltype(nt)::value, 0x80>(
-              words, cols, scale, zp, gs, out);
-        });
+  const size_t gs = static_cast<size_t>(spec.group_size);
+  size_t done = 0;
+  simd::with_kinds(spec, [&](auto n, auto o) {
+    simd::with_flag(zp != nullptr, [&](auto z) {
+      simd::with_flag(spec.stream, [&](auto nt) {
+        constexpr Kind N = decltype(n)::value, O = decltype(o)::value;
+        constexpr bool Z = decltype(z)::value, NT = decltype(nt)::value;
+        if (bits == 8) {
+          byte_run<N, O, Z, false, NT, 0x80>(words, cols, scale, zp, gs, out);
+          done = cols;
+        } else if (bits <= 4) {
+          done = packed_groups<N, O, Z, NT>(words, bits, cols, scale, zp, gs, out);
+        }
       });
     });
-  }
-  ::ctstream::codecs::dequant_packed_two_pass(unpack_int8, dequant_byte, words, bits, cols, scale, zp, spec, memo, out);
+  });
+  if (done == cols) return;
+  const size_t g = done / gs, esz = spec.out == DType::F32 ? 4 : 2;
+  ::ctstream::codecs::dequant_packed_two_pass(unpack_int8, dequant_byte, words + done / 8 * bits, bits, cols - done,
+                                              scale + g, zp ? zp + g : nullptr, spec, memo,
+                                              static_cast<unsigned char*>(out) + done * esz);
 }
 }  // namespace ctstream::codecs::avx2
