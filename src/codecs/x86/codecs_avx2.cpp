@@ -513,8 +513,12 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
     __builtin_memcpy(&sbits, &scale[g], 4);
     const bool fold = E4M3 && !ZP && (sbits & 0x7F800000u) < ((127u + 119u) << 23);
     const __m256 s16 = fold ? _mm256_mul_ps(s, _mm256_set1_ps(256.f)) : s;
-    // int8 codes are finite: with a finite scale and zero point no output is NaN (E4M3 has NaN codes).
-    simd::with_flag(!E4M3 && finite(scale[g]) && (!ZP || finite(zp[g])), [&](auto no_nan) {
+    // Under a finite scale and zero point the rounding needs no NaN patch. int8 codes are finite, so
+    // no output is NaN. E4M3's NaN codes enter as f16 quiet NaNs, which vcvtph2ps widens to
+    // sign | 0x7FC00000, and the multiply and subtraction pass that operand on; the unpatched rounding
+    // of it (+0x7FFF, low half zero, no carry) is the patched one, sign | 0x7FC0. A code's finite value
+    // times a finite scale is at most an infinity, never a NaN of another payload.
+    simd::with_flag(finite(scale[g]) && (!ZP || finite(zp[g])), [&](auto no_nan) {
       for (; j + 16 <= j1; j += 16)
         byte_chunk16<N, O, ZP, E4M3, NT, !decltype(no_nan)::value>(
             _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)), flip), s16, z, fold,
