@@ -284,16 +284,18 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
 
 // pack-quantized int2..int8 but int4 (the 0.18+ dense packing), group 128, bf16 scales: what the
 // reader runs for them: the row's codes unpacked to int8 values, then the fused 8-bit kernel.
-void BM_dequant_packed(benchmark::State& st, unsigned bits, size_t cols, DType d, bool two_pass, Isa isa) {
+// rows < kRows: a compute probe, inputs and output L2-resident (no roofline: memory is not involved).
+void BM_dequant_packed(benchmark::State& st, unsigned bits, size_t cols, DType d, bool two_pass, Isa isa,
+                       size_t rows = kRows) {
   const int threads = static_cast<int>(st.range(0));
   constexpr size_t kGroup = 128;
-  const size_t groups = cols / kGroup, n_out = kRows * cols;
+  const size_t groups = cols / kGroup, n_out = rows * cols;
   const size_t row_bytes = detail::packed_words(cols, bits, true) * 4, osz = dtype_bits(d) / 8;
   std::mt19937 rng(5);
-  std::vector<uint8_t> packed(kRows * row_bytes);
+  std::vector<uint8_t> packed(rows * row_bytes);
   for (auto& b : packed) b = static_cast<uint8_t>(rng());
   std::uniform_real_distribution<float> sd(0.001f, 0.02f);
-  std::vector<float> scale(kRows * groups);
+  std::vector<float> scale(rows * groups);
   for (auto& s : scale) s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(sd(rng)))));
   const Output out(n_out * osz);
   const codecs::DequantSpec spec{DType::BF16, d, kGroup, true, streams(Stores::reader, out.size())};
@@ -301,7 +303,7 @@ void BM_dequant_packed(benchmark::State& st, unsigned bits, size_t cols, DType d
   const auto unpack = codecs::unpack_int8_kernel(isa);    // two_pass: the composition it replaced
   const auto dequant = codecs::dequant_byte_kernel(isa);
   for (auto _ : st) {
-    split(threads, kRows, [&](size_t b, size_t n) {
+    split(threads, rows, [&](size_t b, size_t n) {
       thread_local std::vector<int8_t> codes;
       codes.resize(cols);
       for (size_t r = b; r < b + n; ++r) {
@@ -507,6 +509,12 @@ void register_kernels() {
                 "_g128_" + c.out + "_4096x" + std::to_string(c.cols),
             [c, two_pass, isa](benchmark::State& st) { BM_dequant_packed(st, c.bits, c.cols, c.d, two_pass, isa); });
       }
+    // The fused kernel's compute rate: 16 rows (128 KiB of output) decoded over and over in L2.
+    // A kernel whose rate here is not well above what memory asks of it (memset's bandwidth over
+    // its traffic per output byte) cannot reach the roofline however its stores go.
+    for (const unsigned bits : {2u, 3u, 6u, 7u})
+      add("BM_dequant_packed_l2/int" + std::to_string(bits) + "_g128_bf16_16x4096",
+          [bits, isa](benchmark::State& st) { BM_dequant_packed(st, bits, kCols, DType::BF16, false, isa, 16); });
   }
 }
 
