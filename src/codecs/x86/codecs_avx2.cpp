@@ -573,7 +573,6 @@ inline __m256i unpack16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
   return _mm256_and_si256(_mm256_srli_epi16(w, 8), _mm256_set1_epi16(static_cast<short>((1u << bits) - 1)));
 }
 
-
 // ---------------------------------------------------------------- fused packed int1-4 dequant
 //
 // Codes of at most 4 bits take one of 16 values, so inside a group the output is a function of u
@@ -597,8 +596,8 @@ inline void packed_table16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl
 template <bool NT>
 inline void packed_table32(const uint8_t* p, unsigned bits, const UnpackCtl& ctl, __m256 tab_lo, __m256 tab_hi,
                            float* o) {
-  const __m256i u = _mm256_permute4x64_epi64(
-      _mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl)), 0xD8);
+  const __m256i u =
+      _mm256_permute4x64_epi64(_mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl)), 0xD8);
   const __m128i u0 = _mm256_castsi256_si128(u), u1 = _mm256_extracti128_si256(u, 1);
   put256<NT>(o, lut_lookup(_mm256_cvtepu8_epi32(u0), tab_lo, tab_hi));
   put256<NT>(o + 8, lut_lookup(_mm256_cvtepu8_epi32(_mm_srli_si128(u0, 8)), tab_lo, tab_hi));

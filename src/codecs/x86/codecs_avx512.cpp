@@ -193,7 +193,8 @@ inline __m512i col_a() {
 }
 
 template <Kind N, Kind O, bool ZP, bool NT>
-[[gnu::always_inline]] inline void chunk(__m128i bytes, __m512 lutv, Lanes s, Lanes z, void* out, size_t j, uint32_t valid) {
+[[gnu::always_inline]] inline void chunk(__m128i bytes, __m512 lutv, Lanes s, Lanes z, void* out, size_t j,
+                                         uint32_t valid) {
   if constexpr (O == kF32) bytes = _mm_shuffle_epi8(bytes, byte_order<O>());
   const __m512i ia = _mm512_cvtepu8_epi32(bytes);
   const __m512i ib = _mm512_srli_epi32(ia, 4);
@@ -672,6 +673,14 @@ inline __m512i step_codes(__m512i in, __m512i idx, __m512i ctl) {
   return _mm512_multishift_epi64_epi8(ctl, _mm512_permutexvar_epi8(idx, in));
 }
 
+// `count` whole steps of codes from p (a step's bytes apart) at o, through t (R: as packed_lookup).
+template <unsigned R, bool NT>
+[[gnu::always_inline]] inline void packed_steps(const PackedTable& t, const uint8_t* p, uint64_t step, size_t count,
+                                                __m512i idx, __m512i ctl, uint16_t* o) {
+  for (size_t i = 0; i < count; ++i)
+    packed_lookup<R, NT>(t, step_codes(_mm512_loadu_si512(p + i * step), idx, ctl), o + 64 * i, 64);
+}
+
 template <Kind N, Kind O, bool ZP, bool NT>
 void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp, size_t gs,
                 void* memo, void* out) {
@@ -700,11 +709,9 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
       simd::with_flag(bits <= 6, [&](auto one_reg) {
         constexpr unsigned R = decltype(one_reg)::value ? 1 : 2;
         for (; cols - g0 >= gs && nbytes - b >= step * (steps - 1) + 64; ++g, g0 += gs, b += step * steps) {
-          const PackedTable t = packed_table<N, O, ZP>(
-              bits, _mm512_set1_ps(scale[g]), ZP ? _mm512_set1_ps(zp[g]) : _mm512_setzero_ps());
-          uint16_t* o = static_cast<uint16_t*>(out) + g0;
-          for (size_t i = 0; i < steps; ++i)
-            packed_lookup<R, NT>(t, step_codes(_mm512_loadu_si512(words + b + i * step), vil, vctl), o + 64 * i, 64);
+          const PackedTable t =
+              packed_table<N, O, ZP>(bits, _mm512_set1_ps(scale[g]), ZP ? _mm512_set1_ps(zp[g]) : _mm512_setzero_ps());
+          packed_steps<R, NT>(t, words + b, step, steps, vil, vctl, static_cast<uint16_t*>(out) + g0);
         }
       });
       j = g0;
@@ -739,15 +746,12 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
           uint16_t* o = static_cast<uint16_t*>(out);
           packed_lookup<NT>(pt, bits, step_codes(in, vil, vctl), o + j, n);
           // The whole steps after this one in the group, read with plain loads, in one tight loop:
-          // the step above carries the group and load bookkeeping, which spilled in a loop of its own.
+          // the step above carried the group and load bookkeeping, they need none.
           const size_t kg = (g1 - j - n) / 64, kb = nbytes - b >= 64 + step ? (nbytes - b - 64) / step : 0;
           const size_t k = kg < kb ? kg : kb;
-          if (bits <= 6)
-            for (size_t i = 1; i <= k; ++i)
-              packed_lookup<1, NT>(pt, step_codes(_mm512_loadu_si512(words + b + i * step), vil, vctl), o + j + 64 * i, 64);
-          else
-            for (size_t i = 1; i <= k; ++i)
-              packed_lookup<2, NT>(pt, step_codes(_mm512_loadu_si512(words + b + i * step), vil, vctl), o + j + 64 * i, 64);
+          simd::with_flag(bits <= 6, [&](auto one_reg) {
+            packed_steps<decltype(one_reg)::value ? 1 : 2, NT>(pt, words + b + step, step, k, vil, vctl, o + j + 64);
+          });
           j += 64 * k;
           b += step * k;
           continue;
