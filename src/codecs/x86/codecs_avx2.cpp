@@ -611,7 +611,7 @@ inline void packed_table32(const uint8_t* p, unsigned bits, const UnpackCtl& ctl
 template <Kind N, Kind O, bool ZP, bool NT>
 size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp, size_t gs,
                      void* out) {
-  if (gs % 32 != 0) return 0;
+  if (gs == 0 || gs % 32 != 0) return 0;
   const UnpackCtl ctl = unpack_ctl(bits);
   alignas(32) float lut[16];
   for (int e = 0; e < 16; ++e) lut[e] = static_cast<float>(e - (1 << (bits - 1)));
@@ -730,7 +730,7 @@ void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const floa
     });
   });
   if (done == cols) return;
-  const size_t g = done / gs, esz = spec.out == DType::F32 ? 4 : 2;
+  const size_t g = done == 0 ? 0 : done / gs, esz = spec.out == DType::F32 ? 4 : 2;
   ::ctstream::codecs::dequant_packed_two_pass(unpack_int8, dequant_byte, words + done / 8 * bits, bits, cols - done,
                                               scale + g, zp ? zp + g : nullptr, spec, memo,
                                               static_cast<unsigned char*>(out) + done * esz);
