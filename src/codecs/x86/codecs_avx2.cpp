@@ -175,7 +175,7 @@ constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 // NaN = false: the caller knows no lane is NaN (a finite scale and zero point times a finite code
 // value: at most an infinity, which the addition leaves one), so the NaN patch is skipped.
 template <bool NaN = true>
-inline __m256i bf16_round_hi(__m256 v) {
+[[gnu::always_inline]] inline __m256i bf16_round_hi(__m256 v) {
   const __m256i x = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
   const __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb);
@@ -184,24 +184,24 @@ inline __m256i bf16_round_hi(__m256 v) {
   return _mm256_blendv_epi8(r, _mm256_or_si256(x, _mm256_set1_epi32(0x00400000)), nan);
 }
 template <bool NaN = true>
-inline __m256 bf16_image(__m256 v) {
+[[gnu::always_inline]] inline __m256 bf16_image(__m256 v) {
   return _mm256_castsi256_ps(_mm256_and_si256(bf16_round_hi<NaN>(v), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
-inline __m256 f16_image(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, kRne)); }
+[[gnu::always_inline]] inline __m256 f16_image(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, kRne)); }
 
 template <Kind N, bool NaN = true>
-inline __m256 natural_image(__m256 v) {
+[[gnu::always_inline]] inline __m256 natural_image(__m256 v) {
   if constexpr (N == kBF16) return bf16_image<NaN>(v);
   else if constexpr (N == kF16) return f16_image(v);
   else return v;
 }
 template <Kind N, bool NaN = true>
-inline __m256i out_bf16_hi(__m256 v) {
+[[gnu::always_inline]] inline __m256i out_bf16_hi(__m256 v) {
   if constexpr (N == kF16) return bf16_round_hi<NaN>(f16_image(v));
   else return bf16_round_hi<NaN>(v);
 }
 template <Kind N, bool NaN = true>
-inline __m128i out_f16(__m256 v) {
+[[gnu::always_inline]] inline __m128i out_f16(__m256 v) {
   if constexpr (N == kBF16) return _mm256_cvtps_ph(bf16_image<NaN>(v), kRne);
   else return _mm256_cvtps_ph(v, kRne);
 }
@@ -217,19 +217,20 @@ struct Lanes {
 };
 
 template <Kind O>
-inline __m256i col_a() {
+[[gnu::always_inline]] inline __m256i col_a() {
   if constexpr (O == kF32) return _mm256_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14);
   else return _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
 }
 
-inline __m256 lut_lookup(__m256i idx, __m256 lo, __m256 hi) {
+[[gnu::always_inline]] inline __m256 lut_lookup(__m256i idx, __m256 lo, __m256 hi) {
   return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx), _mm256_permutevar8x32_ps(hi, idx),
                           _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));  // bit 3 selects the half
 }
 
 // 16 columns from the 8 bytes in the low half of `bytes`, written at out + j (whole chunk).
 template <Kind N, Kind O, bool ZP, bool NT, bool NaN = true>
-inline void chunk(__m128i bytes, __m256 lut_lo, __m256 lut_hi, Lanes s, Lanes z, void* out, size_t j) {
+[[gnu::always_inline]] inline void chunk(__m128i bytes, __m256 lut_lo, __m256 lut_hi, Lanes s, Lanes z, void* out,
+                                         size_t j) {
   if constexpr (O == kF32)
     bytes = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   const __m256i ia = _mm256_cvtepu8_epi32(bytes);
@@ -264,7 +265,7 @@ inline void chunk(__m128i bytes, __m256 lut_lo, __m256 lut_hi, Lanes s, Lanes z,
 // Per-lane scale (or zero point) vectors for the chunk at column j whose first column is in
 // group g (ending at column nb), n valid columns; reads only entries of groups those columns use.
 template <Kind O>
-inline Lanes lane_values(const float* t, size_t j, size_t g, size_t nb, size_t gs, unsigned n) {
+[[gnu::always_inline]] inline Lanes lane_values(const float* t, size_t j, size_t g, size_t nb, size_t gs, unsigned n) {
   const __m256i ca = col_a<O>(), cb = _mm256_add_epi32(ca, _mm256_set1_epi32(1));
   if (gs == 1) {  // one entry per column: gather t[j + col] for valid columns
     const __m256i lim = _mm256_set1_epi32(static_cast<int>(n));
@@ -289,7 +290,8 @@ inline Lanes lane_values(const float* t, size_t j, size_t g, size_t nb, size_t g
 
 // f32 (lut[c] - zp[g]) * scale[g] for codes 0-7 (a) and 8-15 (b).
 template <bool ZP>
-inline Lanes group_values(__m256 lut_lo, __m256 lut_hi, const float* scale, const float* zp, size_t g) {
+[[gnu::always_inline]] inline Lanes group_values(__m256 lut_lo, __m256 lut_hi, const float* scale, const float* zp,
+                                                 size_t g) {
   const __m256 s = _mm256_set1_ps(scale[g]);
   if constexpr (ZP) {
     const __m256 z = _mm256_set1_ps(zp[g]);
@@ -303,7 +305,7 @@ struct Table16 {
   __m256i lo, hi;
 };
 template <Kind N, Kind O>
-inline Table16 table16(Lanes t) {
+[[gnu::always_inline]] inline Table16 table16(Lanes t) {
   __m256i w;  // the 16 words in order
   if constexpr (O == kBF16) {
     w = _mm256_permute4x64_epi64(
@@ -322,7 +324,7 @@ inline Table16 table16(Lanes t) {
 // interleaving, lane 0 holds the codes of columns 0-7 and 16-23, lane 1 those of 8-15 and
 // 24-31; the byte lookups interleaved by unpacklo/hi_epi8 are then columns 0-15 and 16-31.
 template <bool NT>
-inline void chunk_table16(const uint8_t* p, const Table16& tab, uint16_t* o) {
+[[gnu::always_inline]] inline void chunk_table16(const uint8_t* p, const Table16& tab, uint16_t* o) {
   const __m128i b = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)),
                                      _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15));
   const __m128i nib = _mm_set1_epi8(0x0F);
@@ -334,7 +336,7 @@ inline void chunk_table16(const uint8_t* p, const Table16& tab, uint16_t* o) {
 }
 // 16 columns of 16-bit output (8 bytes) with the same tables, in 128-bit registers.
 template <bool NT>
-inline void chunk_table16_half(const uint8_t* p, const Table16& tab, uint16_t* o) {
+[[gnu::always_inline]] inline void chunk_table16_half(const uint8_t* p, const Table16& tab, uint16_t* o) {
   const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
   const __m128i nib = _mm_set1_epi8(0x0F);
   const __m128i idx = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
@@ -345,7 +347,7 @@ inline void chunk_table16_half(const uint8_t* p, const Table16& tab, uint16_t* o
 }
 // 16 columns of f32 output: the two 8-float tables through vpermps + blend, lanes as in chunk().
 template <bool NT>
-inline void chunk_table32(const uint8_t* p, __m256 tab_lo, __m256 tab_hi, float* o) {
+[[gnu::always_inline]] inline void chunk_table32(const uint8_t* p, __m256 tab_lo, __m256 tab_hi, float* o) {
   const __m128i bytes = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
                                          _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   const __m256i ia = _mm256_cvtepu8_epi32(bytes);
@@ -416,7 +418,7 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
 // stack copy of the codes and a stack output (AVX2 has no byte-masked loads or 16-bit stores).
 
 template <bool E4M3>
-inline __m256 byte_values(__m128i bytes) {  // low 8 bytes
+[[gnu::always_inline]] inline __m256 byte_values(__m128i bytes) {  // low 8 bytes
   if constexpr (!E4M3) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
   } else {
@@ -434,7 +436,7 @@ inline __m256 byte_values(__m128i bytes) {  // low 8 bytes
 
 // 8 columns at o (whole chunk).
 template <Kind N, Kind O, bool ZP, bool E4M3, bool NT = false>
-inline void byte_chunk(__m128i bytes, __m256 s, __m256 z, void* o) {
+[[gnu::always_inline]] inline void byte_chunk(__m128i bytes, __m256 s, __m256 z, void* o) {
   __m256 p = byte_values<E4M3>(bytes);
   if constexpr (ZP) p = _mm256_sub_ps(p, z);
   p = _mm256_mul_ps(p, s);
@@ -455,7 +457,7 @@ inline void byte_chunk(__m128i bytes, __m256 s, __m256 z, void* o) {
 // zero points, s = scale * 256, exact (the caller checks): (x * 256) * scale and x * (256 * scale)
 // are the same real number, rounded once.
 template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, bool NaN = true>
-inline void byte_chunk16(__m128i bytes, __m256 s, __m256 z, bool fold, void* o) {
+[[gnu::always_inline]] inline void byte_chunk16(__m128i bytes, __m256 s, __m256 z, bool fold, void* o) {
   __m256 p0, p1;
   if constexpr (E4M3) {
     const __m256i w = _mm256_cvtepu8_epi16(bytes);
@@ -565,7 +567,7 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
           _mm256_load_si256(reinterpret_cast<const __m256i*>(mul))};
 }
 // u of codes 16q .. 16q + 15 as 16-bit lanes, from p = the bytes of code 16q (lane 1: p + bits).
-inline __m256i unpack16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
+[[gnu::always_inline]] inline __m256i unpack16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
   const __m256i in =
       _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + bits)), 1);
@@ -573,29 +575,40 @@ inline __m256i unpack16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
   return _mm256_and_si256(_mm256_srli_epi16(w, 8), _mm256_set1_epi16(static_cast<short>((1u << bits) - 1)));
 }
 
-// ---------------------------------------------------------------- fused packed int1-4 dequant
+// ---------------------------------------------------------------- fused packed int1-5 dequant
 //
-// Codes of at most 4 bits take one of 16 values, so inside a group the output is a function of u
-// alone, as in the nibble kernel: its per-group table (group_values over the code values u - 2^(b-1)
-// as f32, table16 / natural_image: the 8-bit kernel's arithmetic on the same int8 values, so the
-// same bits) looked up by the codes unpack16 leaves, 32 columns a step. Entries past 2^b are never
-// looked up (u is masked to b bits).
+// Codes of b <= 5 bits take one of 2^b values, so inside a group the output is a function of u
+// alone, as in the nibble kernel: its per-group tables (group_values over the code values
+// u - 2^(b-1) as f32, table16 / natural_image: the 8-bit kernel's arithmetic on the same int8
+// values, so the same bits) looked up by the codes unpack16 leaves, 32 columns a step. 16-bit
+// outputs: T = 1 or 2 pshufb tables of 16 entries (b <= 4, b = 5), bit 4 of u choosing between
+// them with blendv; f32 outputs: b <= 4, the two 8-float tables. Entries past 2^b are never
+// looked up (u is masked to b bits). Six bits (four tables, three blends per half) measured
+// slower than the two-pass path, so b >= 6 stays there.
 
 // 32 columns of 16-bit output from the codes at p (reach 3 * bits + 16 bytes). packus of the two
 // unpack16 halves leaves per lane codes 0-7 and 16-23 (lane 0), 8-15 and 24-31 (lane 1): the
-// byte lookups interleaved by unpacklo/hi_epi8 are then columns 0-15 and 16-31.
-template <bool NT>
-inline void packed_table16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl, const Table16& tab, uint16_t* o) {
+// byte lookups interleaved by unpacklo/hi_epi8 are then columns 0-15 and 16-31. pshufb reads index
+// bits 3:0 (and 7, clear: u < 32); a 16-bit shift by 3 puts bit 4 of each byte in its bit 7, which
+// is all blendv reads (the bits shifted in from the byte below land under bit 7).
+template <unsigned T, bool NT>
+[[gnu::always_inline]] inline void packed_table16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl,
+                                                  const Table16* tab, uint16_t* o) {
   const __m256i idx = _mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl));
-  const __m256i l = _mm256_shuffle_epi8(tab.lo, idx), h = _mm256_shuffle_epi8(tab.hi, idx);
+  __m256i l = _mm256_shuffle_epi8(tab[0].lo, idx), h = _mm256_shuffle_epi8(tab[0].hi, idx);
+  if constexpr (T == 2) {
+    const __m256i b4 = _mm256_slli_epi16(idx, 3);
+    l = _mm256_blendv_epi8(l, _mm256_shuffle_epi8(tab[1].lo, idx), b4);
+    h = _mm256_blendv_epi8(h, _mm256_shuffle_epi8(tab[1].hi, idx), b4);
+  }
   put256<NT>(o, _mm256_unpacklo_epi8(l, h));
   put256<NT>(o + 16, _mm256_unpackhi_epi8(l, h));
 }
 // 32 columns of f32 output: the codes in order (qwords 0 2 1 3 of the packus), 8 at a time
 // through the two 8-float tables.
 template <bool NT>
-inline void packed_table32(const uint8_t* p, unsigned bits, const UnpackCtl& ctl, __m256 tab_lo, __m256 tab_hi,
-                           float* o) {
+[[gnu::always_inline]] inline void packed_table32(const uint8_t* p, unsigned bits, const UnpackCtl& ctl, __m256 tab_lo,
+                                                  __m256 tab_hi, float* o) {
   const __m256i u =
       _mm256_permute4x64_epi64(_mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl)), 0xD8);
   const __m128i u0 = _mm256_castsi256_si128(u), u1 = _mm256_extracti128_si256(u, 1);
@@ -604,18 +617,19 @@ inline void packed_table32(const uint8_t* p, unsigned bits, const UnpackCtl& ctl
   put256<NT>(o + 16, lut_lookup(_mm256_cvtepu8_epi32(u1), tab_lo, tab_hi));
   put256<NT>(o + 24, lut_lookup(_mm256_cvtepu8_epi32(_mm_srli_si128(u1, 8)), tab_lo, tab_hi));
 }
-// Columns from 0 through the tables, 32 a step, while the step's loads stay inside the row's
-// bytes (group size a multiple of 32); returns the columns done: a group's first column, or in
-// the row's last group any multiple of 32, so that the columns left lie in whole groups or all
-// in the group of the first (the caller's two-pass rest starts at that group's scale).
-template <Kind N, Kind O, bool ZP, bool NT>
+// Columns from 0 through T tables of 16 entries (T = 1 for f32), 32 a step, while the step's loads
+// stay inside the row's bytes (group size a multiple of 32); returns the columns done: a group's
+// first column, or in the row's last group any multiple of 32, so that the columns left lie in
+// whole groups or all in the group of the first (the caller's two-pass rest starts at that
+// group's scale).
+template <Kind N, Kind O, bool ZP, bool NT, unsigned T>
 size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp, size_t gs,
                      void* out) {
+  static_assert(T == 1 || (O != kF32 && T == 2));
   if (gs == 0 || gs % 32 != 0) return 0;
   const UnpackCtl ctl = unpack_ctl(bits);
-  alignas(32) float lut[16];
-  for (int e = 0; e < 16; ++e) lut[e] = static_cast<float>(e - (1 << (bits - 1)));
-  const __m256 lut_lo = _mm256_load_ps(lut), lut_hi = _mm256_load_ps(lut + 8);
+  alignas(32) float lut[16 * T];
+  for (int e = 0; e < static_cast<int>(16 * T); ++e) lut[e] = static_cast<float>(e - (1 << (bits - 1)));
   const uint64_t nbytes = (cols * bits + 7) / 8, reach = 3ull * bits + 16;
   const auto fits = [&](size_t j) { return j / 8 * bits + reach <= nbytes; };  // the step at column j
   for (size_t g = 0, g0 = 0; g0 < cols; ++g, g0 += gs) {
@@ -623,16 +637,19 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
     const size_t last = g1 == cols ? (g1 - g0) / 32 * 32 + g0 : g1;  // end of the group's whole steps
     if (g1 != cols && !fits(g1 - 32)) return g0;
     if (last == g0 || !fits(g0)) return g0;
-    const Lanes t = group_values<ZP>(lut_lo, lut_hi, scale, zp, g);
     size_t j = g0;
     if constexpr (O == kF32) {
+      const Lanes t = group_values<ZP>(_mm256_load_ps(lut), _mm256_load_ps(lut + 8), scale, zp, g);
       const __m256 tab_lo = natural_image<N>(t.a), tab_hi = natural_image<N>(t.b);
       for (; j < last && fits(j); j += 32)
         packed_table32<NT>(words + j / 8 * bits, bits, ctl, tab_lo, tab_hi, static_cast<float*>(out) + j);
     } else {
-      const Table16 tab = table16<N, O>(t);
+      Table16 tab[T];
+      for (unsigned k = 0; k < T; ++k)
+        tab[k] = table16<N, O>(
+            group_values<ZP>(_mm256_load_ps(lut + 16 * k), _mm256_load_ps(lut + 16 * k + 8), scale, zp, g));
       for (; j < last && fits(j); j += 32)
-        packed_table16<NT>(words + j / 8 * bits, bits, ctl, tab, static_cast<uint16_t*>(out) + j);
+        packed_table16<T, NT>(words + j / 8 * bits, bits, ctl, tab, static_cast<uint16_t*>(out) + j);
     }
     if (j < g1) return j;  // the row's last group: its rest
   }
@@ -708,8 +725,8 @@ void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) 
     }
   }
 }
-// 8-bit codes are whole bytes: the 8-bit kernel with the top bit flipped. Codes of 1-4 bits: whole
-// groups through per-group tables (packed_groups). The rest unpacked into an int8 row first
+// 8-bit codes are whole bytes: the 8-bit kernel with the top bit flipped. Codes of 1-4 bits (1-5
+// for 16-bit outputs): whole groups through per-group tables (packed_groups). The rest unpacked into an int8 row first
 // (dequant_packed_two_pass), from the first group the tables left: a group starts on a byte.
 void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
                     const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept {
@@ -724,7 +741,9 @@ void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const floa
           byte_run<N, O, Z, false, NT, 0x80>(words, cols, scale, zp, gs, out);
           done = cols;
         } else if (bits <= 4) {
-          done = packed_groups<N, O, Z, NT>(words, bits, cols, scale, zp, gs, out);
+          done = packed_groups<N, O, Z, NT, 1>(words, bits, cols, scale, zp, gs, out);
+        } else if constexpr (O != kF32) {
+          if (bits == 5) done = packed_groups<N, O, Z, NT, 2>(words, bits, cols, scale, zp, gs, out);
         }
       });
     });
