@@ -574,6 +574,11 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
   const __m256i w = _mm256_mullo_epi16(_mm256_shuffle_epi8(in, ctl.shuf), ctl.mul);
   return _mm256_and_si256(_mm256_srli_epi16(w, 8), _mm256_set1_epi16(static_cast<short>((1u << bits) - 1)));
 }
+// u of codes 0-31 from p, as bytes in order (reach 3 * bits + 16 bytes): packus interleaves the
+// lanes (codes 0-7 16-23 | 8-15 24-31), qwords 0 2 1 3 restore the order.
+[[gnu::always_inline]] inline __m256i unpack32(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl)), 0xD8);
+}
 
 // ---------------------------------------------------------------- fused packed int1-5 dequant
 //
@@ -604,13 +609,12 @@ template <unsigned T, bool NT>
   put256<NT>(o, _mm256_unpacklo_epi8(l, h));
   put256<NT>(o + 16, _mm256_unpackhi_epi8(l, h));
 }
-// 32 columns of f32 output: the codes in order (qwords 0 2 1 3 of the packus), 8 at a time
-// through the two 8-float tables.
+// 32 columns of f32 output: the codes in order (unpack32), 8 at a time through the two 8-float
+// tables.
 template <bool NT>
 [[gnu::always_inline]] inline void packed_table32(const uint8_t* p, unsigned bits, const UnpackCtl& ctl, __m256 tab_lo,
                                                   __m256 tab_hi, float* o) {
-  const __m256i u =
-      _mm256_permute4x64_epi64(_mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl)), 0xD8);
+  const __m256i u = unpack32(p, bits, ctl);
   const __m128i u0 = _mm256_castsi256_si128(u), u1 = _mm256_extracti128_si256(u, 1);
   put256<NT>(o, lut_lookup(_mm256_cvtepu8_epi32(u0), tab_lo, tab_hi));
   put256<NT>(o + 8, lut_lookup(_mm256_cvtepu8_epi32(_mm_srli_si128(u0, 8)), tab_lo, tab_hi));
@@ -706,10 +710,7 @@ void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) 
   const uint64_t nbytes = (cols * bits + 7) / 8, step = 4ull * bits, reach = 3ull * bits + 16;
   const __m256i half = _mm256_set1_epi8(static_cast<char>(1u << (bits - 1)));
   const auto run = [&](const uint8_t* p, int8_t* o) {
-    const __m256i a = unpack16(p, bits, ctl), b = unpack16(p + 2 * bits, bits, ctl);
-    // packus interleaves the lanes: a0 b0 | a1 b1 (8 codes each); qwords 0 2 1 3 put them in order
-    const __m256i u = _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), 0xD8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_sub_epi8(u, half));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_sub_epi8(unpack32(p, bits, ctl), half));
   };
   size_t i = 0;
   uint64_t at = 0;
