@@ -56,9 +56,9 @@ void traffic(benchmark::State& st, double read, double written, int threads) {
   st.counters["threads"] = threads;
 }
 
-// A 64-byte aligned output of n bytes, as a torch tensor's storage: the kernels' non-temporal
-// stores take aligned lines only, and a std::vector this large sits 16 bytes past a page boundary.
-// `shift` bytes past the line instead, to measure an output that is not (Stores::at16).
+// A 64-byte aligned output of n bytes, as a torch tensor's storage (a std::vector this large sits
+// 16 bytes past a page boundary), or `shift` bytes past the line, to measure an output that is
+// not (Stores::at16: the kernels then stream in 16- or 32-byte pieces).
 struct Output {
   explicit Output(size_t n, size_t shift = 0)
       : buf(n + 64 + shift),
@@ -88,10 +88,10 @@ std::vector<std::byte> random_floats(DType d, size_t n) {
 // How a kernel row writes its output. reader: as the reader (non-temporal stores from
 // codecs::kStreamStoresFrom output bytes); at16: the same into an output 16 bytes past a line, as
 // glibc's malloc and std::vector place large buffers (a C caller's); plain: never non-temporal;
-// staged: the kernel decodes
-// kStageCols columns at a time into an L1-resident scratch (plain stores), which `rep movsb` then
-// copies out -- the store path that could reach memset's bandwidth where 16-64 byte vector stores
-// measure well below it (the Xeon of bench/RESULTS.md), at the cost of reading each line once more.
+// staged: the kernel decodes kStageCols columns at a time into an L1-resident scratch (plain
+// stores), which `rep movsb` then copies out -- the store path that could reach memset's bandwidth
+// where 16-64 byte vector stores measure well below it (the Xeon of bench/RESULTS.md), at the cost
+// of reading each line once more.
 enum class Stores { reader, at16, plain, staged };
 constexpr size_t kStageCols = 2048;  // a multiple of every group size below: 8 KiB of f32 at most
 
@@ -283,7 +283,8 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
 }
 
 // pack-quantized int2..int8 but int4 (the 0.18+ dense packing), group 128, bf16 scales: what the
-// reader runs for them: the row's codes unpacked to int8 values, then the fused 8-bit kernel.
+// reader runs for them, the fused packed kernel (two_pass: the row's codes unpacked to int8
+// values, then the 8-bit kernel, the composition it replaced).
 // rows < kRows: a compute probe, inputs and output L2-resident (no roofline: memory is not involved).
 void BM_dequant_packed(benchmark::State& st, unsigned bits, size_t cols, DType d, bool two_pass, Isa isa,
                        size_t rows = kRows) {

@@ -25,14 +25,14 @@ using codecs::Isa;
 
 namespace {
 
-// An output buffer whose row starts `shift` bytes past a 64-byte boundary, filled with 0xAB: the
-// kernels' non-temporal stores (DequantSpec::stream) take whole lines, 16- or 32-byte pieces of
-// them, or fall back to plain stores, so each streaming case runs at every such start (kShifts).
-// untouched_before(): nothing was written ahead of the row.
-// Output starts for the streaming cases: a line, 16 / 32 / 48 bytes past one (malloc's large
-// buffers sit 16 past a page), and one element past one (plain stores). An element of esz bytes.
+// Output starts for the streaming cases: the kernels' non-temporal stores (DequantSpec::stream)
+// take whole lines, 16- or 32-byte pieces of them, or fall back to plain stores, so each streaming
+// case runs at a line, 16 / 32 / 48 bytes past one (malloc's large buffers sit 16 past a page), and
+// one element (esz bytes) past one.
 std::vector<size_t> stream_shifts(size_t esz) { return {0, 16, 32, 48, esz}; }
 
+// An output buffer whose row starts `shift` bytes past a 64-byte boundary, filled with 0xAB.
+// untouched_before(): nothing was written ahead of the row.
 struct OutBuf {
   std::vector<unsigned char> v;
   unsigned char* p;
