@@ -722,7 +722,7 @@ void packed_run(const uint8_t* words, unsigned bits, size_t cols, const float* s
     const size_t steps = gs / 64;
     if (gs != 0 && gs % 64 == 0 && packed_table_kind(bits, gs, memo != nullptr) == 1) {
       // The table width chosen once, outside the loop: a test of `bits` per group (packed_lookup's
-      // runtime overload) measured 15-35 % slower in the BM_dequant_packed_l2 rows.
+      // runtime overload) measured 16-35 % slower in the BM_dequant_packed_l2 rows.
       simd::with_flag(bits <= 6, [&](auto one_reg) {
         constexpr unsigned R = decltype(one_reg)::value ? 1 : 2;
         for (; cols - g0 >= gs && nbytes - b >= step * (steps - 1) + 64; ++g, g0 += gs, b += step * steps) {
