@@ -12,6 +12,7 @@
 #include "codecs/dequant.hpp"
 #include "codecs/isa_kernels.hpp"
 #include "codecs/simd_dispatch.hpp"
+#include "codecs/x86/byte_memo.hpp"
 #include "codecs/x86/stores.hpp"
 
 namespace ctstream::codecs::avx2 {
@@ -496,10 +497,94 @@ template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, bool NaN = true>
   }
 }
 
+// E4M3 -> bf16 by 16-entry tables (no zero points; a bf16 output of a bf16 or f32 product, one
+// rounding of the f32 product, or its f32 image where the product is bf16). A code s eeee mmm with e >= 1 is (-1)^s (8
+// + m) 2^(e-10), so its product with the scale is 2^e A_m, A_m = (8 + m) 2^-10 scale. While A_m and the result are
+// normal and finite, rounding to f32 and then to bf16 commutes with the power of two: the output's bits are those of
+// bf16(A_m) plus e << 7. RNE is symmetric, so the code's sign adds 0x8000 (mod 2^16: the sign bit flips, as -x * scale
+// = -(x * scale); a zero code keeps the scale's sign flipped by its own, as +-0 * scale does). Codes with e = 0 are m
+// 2^-9, their own eight products. Per step of 32 codes, three vpshufb lookups by nibble and a blend give the high and
+// low bytes:
+//   L[e0 m]       = bits(bf16(A_m)) + (e0 << 7)      by the low nibble (e0 = e's low bit)
+//   Z[m]          = bits(bf16(m 2^-9 scale))         by the low nibble, for codes with e = 0
+//   H[s e3 e2 e1] = s << 7 | e3e2e1                   added to the high byte: the rest of e << 7
+// The scale's binade must keep that true for every code: |scale| in [2^-111, 2^104) (exponent
+// field 16..230) keeps A_m >= 2^-118 and every result below 2^113, so no exponent field passes
+// 240 and no addition carries into the sign. Other scales, and steps holding a NaN code (0x7F,
+// 0xFF: no such form), go through byte_chunk16.
+struct E4m3Tables {
+  __m256i llo, lhi, zlo, zhi;  // each 16-byte table in both lanes
+};
+inline bool e4m3_table_scale(uint32_t sbits) {
+  const uint32_t e = (sbits >> 23) & 0xFF;
+  return e >= 16 && e <= 230;
+}
+[[gnu::always_inline]] inline E4m3Tables e4m3_tables(float scale) {
+  const __m256 s = _mm256_set1_ps(scale);
+  constexpr float k = 0.0009765625f;  // 2^-10
+  const __m256 a = _mm256_mul_ps(_mm256_setr_ps(8 * k, 9 * k, 10 * k, 11 * k, 12 * k, 13 * k, 14 * k, 15 * k), s);
+  const __m256 z = _mm256_mul_ps(_mm256_setr_ps(0, 2 * k, 4 * k, 6 * k, 8 * k, 10 * k, 12 * k, 14 * k), s);
+  const __m256i ta = _mm256_srli_epi32(bf16_round_hi<false>(a), 16),
+                tz = _mm256_srli_epi32(bf16_round_hi<false>(z), 16);
+  // Words in each lane's order, then each lane's bytes split: low bytes in its low 8, high in its high 8.
+  const __m256i bytes = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  // L: words ta0-7 then ta0-7 + 128 (packus interleaves lanes; qwords 0 2 1 3 restore the order),
+  // split so that lane 0 holds the 16 low bytes and lane 1 the 16 high bytes.
+  const __m256i l = _mm256_permute4x64_epi64(
+      _mm256_shuffle_epi8(
+          _mm256_permute4x64_epi64(_mm256_packus_epi32(ta, _mm256_add_epi32(ta, _mm256_set1_epi32(128))), 0xD8), bytes),
+      0xD8);
+  // Z: words tz0-7 then tz0-7 again (never looked up: codes with e = 0 have low nibbles 0-7), split
+  // the same way in each lane; each lane's low or high qword repeated gives the two tables.
+  const __m256i zw = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(_mm256_packus_epi32(tz, tz), 0xD8), bytes);
+  return {_mm256_permute2x128_si256(l, l, 0x00), _mm256_permute2x128_si256(l, l, 0x11), _mm256_unpacklo_epi64(zw, zw),
+          _mm256_unpackhi_epi64(zw, zw)};
+}
+// 32 columns at o from the codes at p, unless one of them is a NaN code (then false, nothing
+// written). O = kBF16: the words; kF32 (natural bf16): each word << 16, the bf16 value as f32.
+template <Kind O, bool NT>
+[[gnu::always_inline]] inline bool e4m3_step32(const uint8_t* p, const E4m3Tables& t, void* o) {
+  // The codes rearranged so that the in-lane unpacks below leave whole stores in column order.
+  // bf16: qwords 0 2 1 3, each lane's low 8 bytes hold codes 0-7 | 8-15 and its high 8 codes
+  // 16-23 | 24-31: the byte unpacks give words of codes 0-15 and 16-31. f32: dwords 0 2 4 6 1 3 5 7,
+  // lane 0 holds codes 0-3, 8-11, 16-19, 24-27 and lane 1 the next four of each: the word unpacks
+  // of the byte unpacks give codes 0-7, 8-15, 16-23 and 24-31.
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i c = O == kF32 ? _mm256_permutevar8x32_epi32(raw, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7))
+                              : _mm256_permute4x64_epi64(raw, 0xD8);
+  const __m256i nan =
+      _mm256_cmpeq_epi8(_mm256_or_si256(c, _mm256_set1_epi8(static_cast<char>(0x80))), _mm256_set1_epi8(-1));
+  if (!_mm256_testz_si256(nan, nan)) return false;
+  const __m256i nib = _mm256_set1_epi8(0x0F);
+  const __m256i lo = _mm256_and_si256(c, nib), hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), nib);
+  const __m256i sub = _mm256_cmpeq_epi8(_mm256_and_si256(c, _mm256_set1_epi8(0x78)), _mm256_setzero_si256());
+  const __m256i h = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -128, -127, -126, -125, -124, -123, -122, -121,  //
+                                     0, 1, 2, 3, 4, 5, 6, 7, -128, -127, -126, -125, -124, -123, -122, -121);
+  const __m256i wlo = _mm256_blendv_epi8(_mm256_shuffle_epi8(t.llo, lo), _mm256_shuffle_epi8(t.zlo, lo), sub);
+  const __m256i whi =
+      _mm256_add_epi8(_mm256_blendv_epi8(_mm256_shuffle_epi8(t.lhi, lo), _mm256_shuffle_epi8(t.zhi, lo), sub),
+                      _mm256_shuffle_epi8(h, hi));
+  const __m256i w0 = _mm256_unpacklo_epi8(wlo, whi), w1 = _mm256_unpackhi_epi8(wlo, whi);
+  if constexpr (O == kF32) {
+    const __m256i zero = _mm256_setzero_si256();
+    float* f = static_cast<float*>(o);
+    put256<NT>(f, _mm256_unpacklo_epi16(zero, w0));
+    put256<NT>(f + 8, _mm256_unpackhi_epi16(zero, w0));
+    put256<NT>(f + 16, _mm256_unpacklo_epi16(zero, w1));
+    put256<NT>(f + 24, _mm256_unpackhi_epi16(zero, w1));
+  } else {
+    put256<NT>(o, w0);
+    put256<NT>(static_cast<uint16_t*>(o) + 16, w1);
+  }
+  return true;
+}
+
 // Flip = 0x80: offset-binary codes (u, value u - 128: pack-quantized 8-bit), int8 codes with the top
 // bit flipped, which one XOR per load makes them.
 template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, uint8_t Flip = 0>
-void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* out) {
+void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* memo,
+              void* out) {
   const __m128i flip = _mm_set1_epi8(static_cast<char>(Flip));
   constexpr size_t osz = O == kF32 ? 4 : 2;
   auto* o = static_cast<unsigned char*>(out);
@@ -515,6 +600,24 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
     __builtin_memcpy(&sbits, &scale[g], 4);
     const bool fold = E4M3 && !ZP && (sbits & 0x7F800000u) < ((127u + 119u) << 23);
     const __m256 s16 = fold ? _mm256_mul_ps(s, _mm256_set1_ps(256.f)) : s;
+    if constexpr (E4M3 && !ZP && ((O == kBF16 && N != kF16) || (O == kF32 && N == kBF16))) {
+      if (j1 - j >= 64 && e4m3_table_scale(sbits)) {  // a table pays for itself over two steps
+        // Groups shorter than a row's 512 columns: the rows that repeat this scale share the table
+        // (codecs/x86/byte_memo.hpp); it depends on the scale alone.
+        const E4m3Tables t = memo && j1 - j < 512
+                                 ? x86::memo_table<E4m3Tables>(memo, g, x86::kAvx2E4m3Tag, scale[g], 0.f,
+                                                               [&] { return e4m3_tables(scale[g]); })
+                                 : e4m3_tables(scale[g]);
+        for (; j + 32 <= j1; j += 32) {
+          _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(codes) + j + x86::kCodesAhead),
+                       _MM_HINT_T0);
+          if (e4m3_step32<O, NT>(codes + j, t, o + j * osz)) continue;
+          for (size_t h = j; h < j + 32; h += 16)  // a finite scale: no NaN patch, as below
+            byte_chunk16<N, O, ZP, E4M3, NT, false>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + h)), s16,
+                                                    z, fold, o + h * osz);
+        }
+      }
+    }
     // Under a finite scale and zero point the rounding needs no NaN patch. int8 codes are finite, so
     // no output is NaN. E4M3's NaN codes enter as f16 quiet NaNs, which vcvtph2ps widens to
     // sign | 0x7FC00000, and the multiply and subtraction pass that operand on; the unpatched rounding
@@ -689,14 +792,14 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
 }
 
 void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCode code, const float* scale,
-                  const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* /*memo*/, void* out) noexcept {
+                  const float* zp, const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept {
   const size_t gs = static_cast<size_t>(spec.group_size);
   simd::with_kinds(spec, [&](auto n, auto o) {
     simd::with_flag(zp != nullptr, [&](auto z) {
       simd::with_flag(code == ::ctstream::codecs::ByteCode::e4m3, [&](auto e4m3) {
         simd::with_flag(spec.stream, [&](auto nt) {
           byte_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(e4m3)::value,
-                   decltype(nt)::value>(codes, cols, scale, zp, gs, out);
+                   decltype(nt)::value>(codes, cols, scale, zp, gs, memo, out);
         });
       });
     });
@@ -739,7 +842,7 @@ void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const floa
         constexpr Kind N = decltype(n)::value, O = decltype(o)::value;
         constexpr bool Z = decltype(z)::value, NT = decltype(nt)::value;
         if (bits == 8) {
-          byte_run<N, O, Z, false, NT, 0x80>(words, cols, scale, zp, gs, out);
+          byte_run<N, O, Z, false, NT, 0x80>(words, cols, scale, zp, gs, memo, out);
           done = cols;
         } else if (bits <= 4) {
           done = packed_groups<N, O, Z, NT, 1>(words, bits, cols, scale, zp, gs, out);

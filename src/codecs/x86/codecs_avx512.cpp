@@ -11,12 +11,14 @@
 #include "codecs/dequant.hpp"
 #include "codecs/isa_kernels.hpp"
 #include "codecs/simd_dispatch.hpp"
+#include "codecs/x86/byte_memo.hpp"
 #include "codecs/x86/stores.hpp"
 
 namespace ctstream::codecs::avx512 {
 namespace {
 
-using x86::put256;  // the streaming stores of codecs/x86/stores.hpp
+using x86::kMemoFrom;  // the table memo of codecs/x86/byte_memo.hpp
+using x86::put256;     // the streaming stores of codecs/x86/stores.hpp
 
 // A whole 512-bit vector, as put256 stores: one non-temporal store on a line, else two halves.
 template <bool NT>
@@ -479,17 +481,13 @@ template <bool NT>
 }
 constexpr size_t kByteTableFrom = 512;  // group length from which building a table pays off
 
-// Columns [j, j1) of a row through table t (Flip: as byte_run). The codes are prefetched two pages
-// ahead: the memo path loads its next table (8 lines) every 128 columns, and on the EPYC measured
-// the hardware's stream of codes read from memory then fell behind (fp8 block 128x128, 4096 x
-// 14336: 0.53-0.63 of the roofline without, 0.79-1.08 with; bench/RESULTS.md). A prefetch never
-// faults, so the ones past the row's end are harmless (an address, not a pointer into the row).
-constexpr size_t kCodesAhead = 8192;
+// Columns [j, j1) of a row through table t (Flip: as byte_run), the codes prefetched x86::kCodesAhead
+// ahead (codecs/x86/byte_memo.hpp).
 template <bool NT, uint8_t Flip = 0>
 inline void table_run(const ByteTable& t, const uint8_t* codes, size_t j, size_t j1, uint16_t* o) {
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(Flip));
   for (; j + 64 <= j1; j += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(codes) + j + kCodesAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(codes) + j + x86::kCodesAhead), _MM_HINT_T0);
     byte_lookup<NT>(t, _mm512_xor_si512(_mm512_loadu_si512(codes + j), flip), o + j, 64);
   }
   if (j < j1) {
@@ -498,33 +496,13 @@ inline void table_run(const ByteTable& t, const uint8_t* codes, size_t j, size_t
   }
 }
 
-// Tables kept between calls (DequantByteFn's `memo`): slot g % 256 holds the last table built for
-// group g of a row, with its key. Rows that repeat their scales (block strategy) then build each
-// table once per block of rows. 256 slots x 576 bytes + 64 for alignment = kDequantByteMemoBytes.
-struct MemoSlot {
-  uint32_t tag, scale_bits, zp_bits, pad[13];  // tag 0: empty (the caller zeroes the buffer)
-  ByteTable t;
-};
-constexpr size_t kMemoSlots = 256;
-static_assert(kMemoSlots * sizeof(MemoSlot) + 64 == ::ctstream::codecs::kDequantByteMemoBytes,
-              "kDequantByteMemoBytes: 256 slots of 576 bytes and 64 for alignment");
-constexpr size_t kMemoFrom = 64;  // shorter groups: the arithmetic path
-
-inline uint32_t f32_bits_of(float f) {
-  return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_castps_si128(_mm_set_ss(f))));
-}
-
+// Block rows' tables kept between calls: byte_memo.hpp. Tag: every parameter a ByteTable depends on.
 template <Kind N, Kind O, bool ZP, bool E4M3>
 inline const ByteTable& memo_table(void* memo, size_t g, float scale, float zp, __m512 s, __m512 z) {
-  auto* slots = reinterpret_cast<MemoSlot*>((reinterpret_cast<uintptr_t>(memo) + 63) & ~uintptr_t(63));
-  MemoSlot& m = slots[g % kMemoSlots];
-  const uint32_t tag = 1u + static_cast<uint32_t>(N) + 3u * static_cast<uint32_t>(O) + 9u * ZP + 18u * E4M3;
-  const uint32_t sb = f32_bits_of(scale), zb = ZP ? f32_bits_of(zp) : 0u;
-  if (m.tag != tag || m.scale_bits != sb || m.zp_bits != zb) {
-    m.t = byte_table<N, O, ZP, E4M3>(s, z);
-    m.tag = tag, m.scale_bits = sb, m.zp_bits = zb;
-  }
-  return m.t;
+  constexpr uint32_t tag = 1u + static_cast<uint32_t>(N) + 3u * static_cast<uint32_t>(O) + 9u * ZP + 18u * E4M3;
+  static_assert(tag < x86::kAvx2E4m3Tag);
+  return x86::memo_table<ByteTable>(memo, g, tag, scale, ZP ? zp : 0.f,
+                                    [&] { return byte_table<N, O, ZP, E4M3>(s, z); });
 }
 
 // Flip = 0x80: the codes are offset binary (u, value u - 128: pack-quantized 8-bit codes), which are
