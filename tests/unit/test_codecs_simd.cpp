@@ -506,6 +506,60 @@ TEST_CASE("Fused E4M3 dequant: every scale binade, every code, each SIMD kernel 
   REQUIRE((calls > 0 || simd_isas().empty()));
 }
 
+TEST_CASE("Fused fp4 (E2M1) dequant: every scale binade, and groups out of range among others", "[codecs][simd]") {
+  // As above for the nibble kernel with the E2M1 table (nvfp4: 16-column groups, mxfp4: 32): the
+  // AVX2 kernel builds a group's table from bf16(scale) and bf16(1.5 scale) where the scale's binade
+  // keeps that exact, in runs of 8 groups. Every binade with one scale for the row, then rows whose
+  // groups mix in-range scales with an out-of-range one at every position of a run.
+  std::mt19937_64 rng(31);
+  const size_t cols = 1024;
+  std::vector<uint8_t> packed(cols / 2);
+  for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<uint8_t>(i < 256 ? i : rng());
+  int calls = 0;
+  auto check = [&](const std::vector<float>& scale, uint64_t gs, const char* what) {
+    // E2M1's table with +0.0 at code 8 too: a table that is not exactly E2M1's never takes that path
+    std::vector<float> plus_zero = fp4_lut();
+    plus_zero[8] = 0.f;
+    for (const auto& lut : {fp4_lut(), plus_zero})
+      for (DType nat : {DType::BF16, DType::F32, DType::F16})
+        for (DType out : {DType::BF16, DType::F32}) {
+          const codecs::DequantSpec spec{nat, out, gs};
+          const size_t osz = dtype_bits(out) / 8;
+          std::vector<unsigned char> want(cols * osz), got(cols * osz);
+          codecs::dequant_nibble_kernel(Isa::scalar)(packed.data(), cols, lut.data(), scale.data(), nullptr, spec,
+                                                     want.data());
+          for (Isa isa : simd_isas()) {
+            codecs::dequant_nibble_kernel(isa)(packed.data(), cols, lut.data(), scale.data(), nullptr, spec,
+                                               got.data());
+            ++calls;
+            INFO(codecs::isa_name(isa) << " " << what << " " << dtype_name(nat) << "->" << dtype_name(out)
+                                       << " gs=" << gs);
+            REQUIRE(want == got);
+          }
+        }
+  };
+  for (uint64_t gs : {uint64_t(16), uint64_t(32)}) {
+    for (uint32_t e = 0; e < 256; ++e)
+      for (uint32_t mant : {0u, 0x7FFFFFu, 0x8000u, 0x18000u, static_cast<uint32_t>(rng()) & 0x7FFFFFu})
+        for (uint32_t sign : {0u, 0x80000000u}) {
+          const float sc = codecs::f32_from_bits(sign | e << 23 | mant);
+          if (std::isnan(sc)) continue;
+          INFO("scale bits 0x" << std::hex << codecs::f32_bits(sc));
+          check(std::vector<float>(cols / gs, sc), gs, "one scale");
+        }
+    for (size_t bad = 0; bad < 16; ++bad) {
+      std::vector<float> scale(cols / gs);
+      for (auto& s : scale)
+        s = std::ldexp(1.f + static_cast<float>(rng() % 256) / 256.f, -12 + static_cast<int>(rng() % 8));
+      const float outside[] = {0.f, INFINITY, std::ldexp(1.f, -140), std::ldexp(1.5f, 125)};
+      scale[bad] = outside[bad % 4];
+      INFO("out of range at group " << bad);
+      check(scale, gs, "mixed");
+    }
+  }
+  REQUIRE((calls > 0 || simd_isas().empty()));
+}
+
 TEST_CASE("Fused 8-bit dequant: the table memo never serves a table of another key", "[codecs][simd]") {
   // Block weights: consecutive rows share scales, so tables are reused; every key field (scale,
   // zero point, code type, natural and output dtype) changing between calls on one memo must

@@ -305,6 +305,14 @@ template <bool ZP>
 struct Table16 {
   __m256i lo, hi;
 };
+// The tables of 16 output words w (in order, 8 a lane).
+[[gnu::always_inline]] inline Table16 table16_of_words(__m256i w) {
+  // Per lane: low bytes of its 8 words, then their high bytes; then gather the halves.
+  const __m256i split = _mm256_shuffle_epi8(w, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
+                                                                2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  const __m256i q = _mm256_permute4x64_epi64(split, 0xD8);  // [low bytes w0-15 | high bytes w0-15]
+  return {_mm256_permute2x128_si256(q, q, 0x00), _mm256_permute2x128_si256(q, q, 0x11)};
+}
 template <Kind N, Kind O>
 [[gnu::always_inline]] inline Table16 table16(Lanes t) {
   __m256i w;  // the 16 words in order
@@ -315,11 +323,7 @@ template <Kind N, Kind O>
   } else {
     w = _mm256_set_m128i(out_f16<N>(t.b), out_f16<N>(t.a));
   }
-  // Per lane: low bytes of its 8 words, then their high bytes; then gather the halves.
-  const __m256i split = _mm256_shuffle_epi8(w, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
-                                                                2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-  const __m256i q = _mm256_permute4x64_epi64(split, 0xD8);  // [low bytes w0-15 | high bytes w0-15]
-  return {_mm256_permute2x128_si256(q, q, 0x00), _mm256_permute2x128_si256(q, q, 0x11)};
+  return table16_of_words(w);
 }
 // 32 columns of 16-bit output. The 16 bytes are reordered so that after splitting nibbles and
 // interleaving, lane 0 holds the codes of columns 0-7 and 16-23, lane 1 those of 8-15 and
@@ -410,6 +414,89 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
     const size_t esz = O == kF32 ? 4 : 2;
     __builtin_memcpy(static_cast<unsigned char*>(out) + j * esz, tmp, n * esz);
   }
+}
+
+// E2M1 codes (fp4: nvfp4's 16-column and mxfp4's 32-column groups) -> bf16 of a bf16 or f32
+// product, no zero points: a group's table from two roundings instead of sixteen. The magnitudes
+// 0.5, 1, 2, 4 are 2^k and 1.5, 3, 6 are 2^k 1.5, so while the products and their roundings are
+// normal and finite, each output's bits are those of T0 = bf16(scale) or T1 = bf16(1.5 scale)
+// plus k << 7 (rounding commutes with a power of two there); the code's sign adds 0x8000 (RNE is
+// symmetric) and a zero code is the scale's signed zero flipped by its own. T0, T1 and that zero
+// are computed for 8 groups at once; each group's 16 words are one vpshufb of them and one add.
+// 32-column groups then look up 32 columns through their own tables (table16_of_words); 16-column
+// groups go two at a time, one group's tables in each lane (e2m1_pair_table), 32 columns a step.
+// A scale's exponent field in 8..240 keeps every product and table entry normal and far from
+// overflow (0.5 |scale| >= 2^-120, 6 |scale| < 2^117); a run holding another goes the general way.
+[[gnu::always_inline]] inline bool is_e2m1_lut(const float* lut) {  // exactly e2m1_to_f32's values, -0.0 at code 8
+  const __m256i pos =
+      _mm256_setr_epi32(0, 0x3F000000, 0x3F800000, 0x3FC00000, 0x40000000, 0x40400000, 0x40800000, 0x40C00000);
+  const __m256i neg = _mm256_or_si256(pos, _mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m256i eq =
+      _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lut)), pos),
+                       _mm256_cmpeq_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lut + 8)), neg));
+  return _mm256_movemask_epi8(eq) == -1;
+}
+// A group's 16 output words from q: words (zero, T0, T1, 0) of the group in every qword.
+[[gnu::always_inline]] inline __m256i e2m1_words(__m256i q) {
+  // Code c & 7 takes word 0 (zero), 1 (T0: 0.5, 1, 2, 4) or 2 (T1: 1.5, 3, 6), plus its power of two
+  // (k << 7) and, for codes 8-15, the sign (0x8000 more, mod 2^16).
+  const __m256i pick = _mm256_setr_epi8(0, 1, 2, 3, 2, 3, 4, 5, 2, 3, 4, 5, 2, 3, 4, 5,  //
+                                        0, 1, 2, 3, 2, 3, 4, 5, 2, 3, 4, 5, 2, 3, 4, 5);
+  const __m256i add = _mm256_setr_epi16(0, -128, 0, 0, 128, 128, 256, 256, -0x8000, 0x7F80, -0x8000, -0x8000, -0x7F80,
+                                        -0x7F80, -0x7F00, -0x7F00);
+  return _mm256_add_epi16(_mm256_shuffle_epi8(q, pick), add);
+}
+// Two groups' tables, one a lane (16-column groups: 32 columns a step, lane 0 the first group's).
+[[gnu::always_inline]] inline Table16 e2m1_pair_table(__m256i w0, __m256i w1) {
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i a = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(w0, split), 0xD8);  // [low bytes | high bytes]
+  const __m256i b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(w1, split), 0xD8);
+  return {_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31)};
+}
+// 32 columns (16 bytes of codes) through a pair table: lane 0 looks up columns 0-15, lane 1 16-31.
+template <bool NT>
+[[gnu::always_inline]] inline void chunk_pair_table16(const uint8_t* p, const Table16& tab, uint16_t* o) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i nib = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(b, nib), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib);
+  const __m256i idx = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  const __m256i l = _mm256_shuffle_epi8(tab.lo, idx), h = _mm256_shuffle_epi8(tab.hi, idx);
+  const __m256i a = _mm256_unpacklo_epi8(l, h), c = _mm256_unpackhi_epi8(l, h);  // columns 0-7 | 16-23, 8-15 | 24-31
+  put256<NT>(o, _mm256_permute2x128_si256(a, c, 0x20));
+  put256<NT>(o + 16, _mm256_permute2x128_si256(a, c, 0x31));
+}
+// Columns from 0 while whole runs of 8 groups of gs (16 or 32) columns remain and their scales are
+// in range; returns the columns written (a whole number of groups).
+template <bool NT>
+size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_t gs, uint16_t* out) {
+  size_t j = 0;
+  for (size_t g = 0; cols - j >= 8 * gs; g += 8) {
+    const __m256 s = _mm256_loadu_ps(scale + g);
+    const __m256i e = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(s), 23), _mm256_set1_epi32(0xFF));
+    const __m256i out_of_range =
+        _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), e), _mm256_cmpgt_epi32(e, _mm256_set1_epi32(240)));
+    if (!_mm256_testz_si256(out_of_range, out_of_range)) break;
+    const __m256i t0 = _mm256_srli_epi32(bf16_round_hi<false>(s), 16),
+                  t1 = _mm256_srli_epi32(bf16_round_hi<false>(_mm256_mul_ps(s, _mm256_set1_ps(1.5f))), 16);
+    const __m256i zero = _mm256_srli_epi32(
+        _mm256_and_si256(_mm256_castps_si256(s), _mm256_set1_epi32(static_cast<int>(0x80000000u))), 16);
+    const __m256i zt0 = _mm256_or_si256(zero, _mm256_slli_epi32(t0, 16));
+    // Qwords (zero, T0, T1, 0): groups 0 1 | 4 5 and 2 3 | 6 7.
+    const __m256i qa = _mm256_unpacklo_epi32(zt0, t1), qb = _mm256_unpackhi_epi32(zt0, t1);
+    const __m256i w[8] = {
+        e2m1_words(_mm256_permute4x64_epi64(qa, 0x00)), e2m1_words(_mm256_permute4x64_epi64(qa, 0x55)),
+        e2m1_words(_mm256_permute4x64_epi64(qb, 0x00)), e2m1_words(_mm256_permute4x64_epi64(qb, 0x55)),
+        e2m1_words(_mm256_permute4x64_epi64(qa, 0xAA)), e2m1_words(_mm256_permute4x64_epi64(qa, 0xFF)),
+        e2m1_words(_mm256_permute4x64_epi64(qb, 0xAA)), e2m1_words(_mm256_permute4x64_epi64(qb, 0xFF))};
+    if (gs == 16) {
+      for (unsigned k = 0; k < 8; k += 2, j += 32)
+        chunk_pair_table16<NT>(packed + j / 2, e2m1_pair_table(w[k], w[k + 1]), out + j);
+    } else {
+      for (unsigned k = 0; k < 8; ++k, j += 32) chunk_table16<NT>(packed + j / 2, table16_of_words(w[k]), out + j);
+    }
+  }
+  return j;
 }
 
 // ---------------------------------------------------------------- fused 8-bit dequant
@@ -784,8 +871,18 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
   simd::with_kinds(spec, [&](auto n, auto o) {
     simd::with_flag(zp != nullptr, [&](auto z) {
       simd::with_flag(spec.stream, [&](auto nt) {
-        dequant_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(nt)::value>(
-            packed, cols, lut, scale, zp, gs, out);
+        constexpr Kind N = decltype(n)::value, O = decltype(o)::value;
+        constexpr bool Z = decltype(z)::value, NT = decltype(nt)::value;
+        size_t j = 0;
+        if constexpr (O == kBF16 && N != kF16 && !Z) {
+          if ((gs == 16 || gs == 32) && is_e2m1_lut(lut))
+            j = e2m1_groups<NT>(packed, cols, scale, gs, static_cast<uint16_t*>(out));
+        }
+        // The rest from a group's first column (j is a whole number of groups, so even).
+        if (j < cols)
+          dequant_run<N, O, Z, NT>(packed + j / 2, cols - j, lut, scale + (j ? j / gs : 0),
+                                   Z ? zp + (j ? j / gs : 0) : zp, gs,
+                                   static_cast<unsigned char*>(out) + j * (O == kF32 ? 4 : 2));
       });
     });
   });
