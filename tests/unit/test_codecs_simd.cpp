@@ -485,7 +485,7 @@ TEST_CASE("Fused E4M3 dequant: every scale binade, every code, each SIMD kernel 
         if (std::isnan(sc)) continue;  // a NaN code times a NaN scale: which NaN comes out is the compiler's
         const std::vector<float> scale(cols / 128, sc);
         for (DType nat : {DType::BF16, DType::F32, DType::F16})
-          for (DType out : {DType::BF16, DType::F32}) {
+          for (DType out : {DType::BF16, DType::F32, DType::F16}) {
             for (uint64_t gs : {uint64_t(128), uint64_t(cols)}) {
               const codecs::DequantSpec spec{nat, out, gs, false};
               const size_t osz = dtype_bits(out) / 8;

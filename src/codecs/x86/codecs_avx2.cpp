@@ -585,13 +585,14 @@ template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, bool NaN = true>
 }
 
 // E4M3 -> bf16 by 16-entry tables (no zero points; a bf16 output of a bf16 or f32 product, one
-// rounding of the f32 product, or its f32 image where the product is bf16). A code s eeee mmm with e >= 1 is (-1)^s (8
-// + m) 2^(e-10), so its product with the scale is 2^e A_m, A_m = (8 + m) 2^-10 scale. While A_m and the result are
-// normal and finite, rounding to f32 and then to bf16 commutes with the power of two: the output's bits are those of
-// bf16(A_m) plus e << 7. RNE is symmetric, so the code's sign adds 0x8000 (mod 2^16: the sign bit flips, as -x * scale
-// = -(x * scale); a zero code keeps the scale's sign flipped by its own, as +-0 * scale does). Codes with e = 0 are m
-// 2^-9, their own eight products. Per step of 32 codes, three vpshufb lookups by nibble and a blend give the high and
-// low bytes:
+// rounding of the f32 product, or that bf16 value as f32 or rounded to f16 where the product is
+// bf16). A code s eeee mmm with e >= 1 is (-1)^s (8 + m) 2^(e-10), so its product with the scale is
+// 2^e A_m, A_m = (8 + m) 2^-10 scale. While A_m and the result are normal and finite, rounding to
+// f32 and then to bf16 commutes with the power of two: the output's bits are those of bf16(A_m)
+// plus e << 7. RNE is symmetric, so the code's sign adds 0x8000 (mod 2^16: the sign bit flips, as
+// -x * scale = -(x * scale); a zero code keeps the scale's sign flipped by its own, as +-0 * scale
+// does). Codes with e = 0 are m 2^-9, their own eight products. Per step of 32 codes, three
+// vpshufb lookups by nibble and a blend give the high and low bytes:
 //   L[e0 m]       = bits(bf16(A_m)) + (e0 << 7)      by the low nibble (e0 = e's low bit)
 //   Z[m]          = bits(bf16(m 2^-9 scale))         by the low nibble, for codes with e = 0
 //   H[s e3 e2 e1] = s << 7 | e3e2e1                   added to the high byte: the rest of e << 7
@@ -629,17 +630,19 @@ inline bool e4m3_table_scale(uint32_t sbits) {
           _mm256_unpackhi_epi64(zw, zw)};
 }
 // 32 columns at o from the codes at p, unless one of them is a NaN code (then false, nothing
-// written). O = kBF16: the words; kF32 (natural bf16): each word << 16, the bf16 value as f32.
+// written). O = kBF16: the words; kF32 (natural bf16): each word << 16, the bf16 value as f32;
+// kF16 (natural bf16): that f32 rounded to f16.
 template <Kind O, bool NT>
 [[gnu::always_inline]] inline bool e4m3_step32(const uint8_t* p, const E4m3Tables& t, void* o) {
   // The codes rearranged so that the in-lane unpacks below leave whole stores in column order.
   // bf16: qwords 0 2 1 3, each lane's low 8 bytes hold codes 0-7 | 8-15 and its high 8 codes
   // 16-23 | 24-31: the byte unpacks give words of codes 0-15 and 16-31. f32: dwords 0 2 4 6 1 3 5 7,
   // lane 0 holds codes 0-3, 8-11, 16-19, 24-27 and lane 1 the next four of each: the word unpacks
-  // of the byte unpacks give codes 0-7, 8-15, 16-23 and 24-31.
+  // of the byte unpacks give codes 0-7, 8-15, 16-23 and 24-31 (f16: the same f32, each pair of
+  // eights rounded into one store).
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m256i c = O == kF32 ? _mm256_permutevar8x32_epi32(raw, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7))
-                              : _mm256_permute4x64_epi64(raw, 0xD8);
+  const __m256i c = O != kBF16 ? _mm256_permutevar8x32_epi32(raw, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7))
+                               : _mm256_permute4x64_epi64(raw, 0xD8);
   const __m256i nan =
       _mm256_cmpeq_epi8(_mm256_or_si256(c, _mm256_set1_epi8(static_cast<char>(0x80))), _mm256_set1_epi8(-1));
   if (!_mm256_testz_si256(nan, nan)) return false;
@@ -660,6 +663,14 @@ template <Kind O, bool NT>
     put256<NT>(f + 8, _mm256_unpackhi_epi16(zero, w0));
     put256<NT>(f + 16, _mm256_unpacklo_epi16(zero, w1));
     put256<NT>(f + 24, _mm256_unpackhi_epi16(zero, w1));
+  } else if constexpr (O == kF16) {  // the f32 image rounded to f16, as out_f16<kBF16>
+    const __m256i zero = _mm256_setzero_si256();
+    const auto f16 = [&](__m256i lo, __m256i hi) {
+      return _mm256_set_m128i(_mm256_cvtps_ph(_mm256_castsi256_ps(hi), kRne),
+                              _mm256_cvtps_ph(_mm256_castsi256_ps(lo), kRne));
+    };
+    put256<NT>(o, f16(_mm256_unpacklo_epi16(zero, w0), _mm256_unpackhi_epi16(zero, w0)));
+    put256<NT>(static_cast<uint16_t*>(o) + 16, f16(_mm256_unpacklo_epi16(zero, w1), _mm256_unpackhi_epi16(zero, w1)));
   } else {
     put256<NT>(o, w0);
     put256<NT>(static_cast<uint16_t*>(o) + 16, w1);
@@ -687,7 +698,7 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
     __builtin_memcpy(&sbits, &scale[g], 4);
     const bool fold = E4M3 && !ZP && (sbits & 0x7F800000u) < ((127u + 119u) << 23);
     const __m256 s16 = fold ? _mm256_mul_ps(s, _mm256_set1_ps(256.f)) : s;
-    if constexpr (E4M3 && !ZP && ((O == kBF16 && N != kF16) || (O == kF32 && N == kBF16))) {
+    if constexpr (E4M3 && !ZP && ((O == kBF16 && N != kF16) || N == kBF16)) {
       if (j1 - j >= 64 && e4m3_table_scale(sbits)) {  // a table pays for itself over two steps
         // Groups shorter than a row's 512 columns: the rows that repeat this scale share the table
         // (codecs/x86/byte_memo.hpp); it depends on the scale alone.
