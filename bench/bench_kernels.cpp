@@ -246,7 +246,7 @@ void BM_dequant_nibble(benchmark::State& st, size_t rows, size_t cols, bool with
 // AVX-512), or groups of `group` columns whose scales repeat for `block_rows` rows (fp8 128x128
 // blocks: the kernel gets a per-thread table memo, as the reader gives it for block weights).
 void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::ByteCode code, size_t group,
-                     size_t block_rows, DType dst, Isa isa, Stores how = Stores::reader) {
+                     size_t block_rows, DType dst, Isa isa, Stores how = Stores::reader, bool e8m0 = false) {
   const int threads = static_cast<int>(st.range(0));
   const size_t gs = group ? group : cols, groups = (cols + gs - 1) / gs;
   std::mt19937 rng(4);
@@ -255,6 +255,8 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
   std::uniform_real_distribution<float> sd(0.001f, 0.02f);
   std::vector<float> scale(rows * groups);
   for (auto& s : scale) s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(sd(rng)))));
+  if (e8m0)  // mxfp8: E8M0 scales, powers of two (2^-10 .. 2^-6 here)
+    for (auto& s : scale) s = std::ldexp(1.f, -10 + static_cast<int>(rng() % 5));
   if (block_rows > 1)
     for (size_t r = 0; r < rows; ++r)
       for (size_t g = 0; g < groups; ++g) scale[r * groups + g] = scale[(r - r % block_rows) * groups + g];
@@ -278,7 +280,8 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * out.size()));  // output bytes
   // As stored: one bf16 scale per group (block scales: one per block_rows rows).
   const size_t stored_scales = (block_rows > 1 ? (rows + block_rows - 1) / block_rows : rows) * groups;
-  traffic(st, static_cast<double>(codes.size() + stored_scales * 2), static_cast<double>(out.size()), threads);
+  traffic(st, static_cast<double>(codes.size() + stored_scales * (e8m0 ? 1 : 2)), static_cast<double>(out.size()),
+          threads);
   st.SetLabel(codecs::isa_name(isa));
 }
 
@@ -441,6 +444,7 @@ void register_kernels() {
       ByteCode code;
       size_t group, block_rows;
       DType d = DType::BF16;
+      bool e8m0 = false;  // mxfp8: E8M0 (power-of-two) scales of one byte
     };
     const std::vector<Byte> bytes = {
         Byte{"BM_dequant_byte/fp8_channel_bf16_4096x4096", kCols, ByteCode::e4m3, 0, 0},
@@ -454,12 +458,14 @@ void register_kernels() {
         Byte{"BM_dequant_byte/fp8_channel_f16_4096x4096", kCols, ByteCode::e4m3, 0, 0, DType::F16},
         Byte{"BM_dequant_byte/fp8_channel_f16_4096x14336", kColsWide, ByteCode::e4m3, 0, 0, DType::F16},
         Byte{"BM_dequant_byte/fp8_channel_f32_4096x4096", kCols, ByteCode::e4m3, 0, 0, DType::F32},
-        Byte{"BM_dequant_byte/fp8_channel_f32_4096x7168", kColsWideF32, ByteCode::e4m3, 0, 0, DType::F32}};
+        Byte{"BM_dequant_byte/fp8_channel_f32_4096x7168", kColsWideF32, ByteCode::e4m3, 0, 0, DType::F32},
+        Byte{"BM_dequant_byte/mxfp8_g32_bf16_4096x4096", kCols, ByteCode::e4m3, 32, 0, DType::BF16, true},
+        Byte{"BM_dequant_byte/mxfp8_g32_bf16_4096x14336", kColsWide, ByteCode::e4m3, 32, 0, DType::BF16, true}};
     const auto add_byte = [&](const Byte& c, Stores how, const char* suffix = "") {
       add(
           std::string(c.name) + suffix,
           [c, isa, how](benchmark::State& st) {
-            BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, c.d, isa, how);
+            BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, c.d, isa, how, c.e8m0);
           },
           isa != Isa::scalar);
     };

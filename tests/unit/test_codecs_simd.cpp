@@ -506,6 +506,59 @@ TEST_CASE("Fused E4M3 dequant: every scale binade, every code, each SIMD kernel 
   REQUIRE((calls > 0 || simd_isas().empty()));
 }
 
+TEST_CASE("Fused E4M3 dequant with power-of-two scales (mxfp8's E8M0): each SIMD kernel equals scalar",
+          "[codecs][simd]") {
+  // The AVX-512 kernel decodes rows whose group scales are all positive powers of two in range
+  // through one scale-1 table plus each group's exponent: every exponent field 0..255 in the
+  // groups of one row, one row per exponent with all its groups there, rows with one group off a
+  // power of two or negative, at group sizes from 32 (mxfp8) to 480, on guarded rows whose lengths
+  // end mid-step (nothing past the codes or the scales is read).
+  std::mt19937_64 rng(32);
+  std::vector<uint8_t> codes(1000);
+  for (size_t j = 0; j < codes.size(); ++j) codes[j] = static_cast<uint8_t>(j < 512 ? j * 37 : rng());
+  int calls = 0;
+  for (size_t cols : {size_t(1000), size_t(992), size_t(64)})
+    for (uint64_t gs : {uint64_t(32), uint64_t(64), uint64_t(96), uint64_t(480)}) {
+      const size_t groups = (cols + gs - 1) / gs;
+      std::vector<std::vector<float>> rows;
+      for (uint32_t e = 0; e < 256; e += 1) rows.push_back(std::vector<float>(groups, codecs::f32_from_bits(e << 23)));
+      for (int r = 0; r < 8; ++r) {  // mixed exponents; then one group broken each way
+        std::vector<float> v(groups);
+        for (auto& x : v) x = std::ldexp(1.f, -20 + static_cast<int>(rng() % 30));
+        rows.push_back(v);
+        const size_t at = rng() % groups;
+        v[at] = r % 2 ? -v[at] : v[at] * 1.5f;
+        rows.push_back(v);
+      }
+      for (const auto& scale : rows) {
+        const Guarded gcodes(codes.data(), cols), gscale(scale.data(), scale.size() * 4);
+        for (DType nat : {DType::BF16, DType::F32, DType::F16})
+          for (DType out : {DType::BF16, DType::F32, DType::F16}) {
+            const codecs::DequantSpec spec{nat, out, gs, false};
+            const size_t osz = dtype_bits(out) / 8;
+            std::vector<unsigned char> want(cols * osz + 64, 0xAB);  // and 64 bytes past the row
+            codecs::dequant_byte_kernel(Isa::scalar)(gcodes.get<uint8_t>(), cols, codecs::ByteCode::e4m3,
+                                                     gscale.get<float>(), nullptr, spec, nullptr, want.data());
+            for (Isa isa : simd_isas())
+              for (bool stream : {false, true}) {
+                codecs::DequantSpec sp = spec;
+                sp.stream = stream;
+                OutBuf ob(cols * osz + 64, stream ? 16 : 0);
+                codecs::dequant_byte_kernel(isa)(gcodes.get<uint8_t>(), cols, codecs::ByteCode::e4m3,
+                                                 gscale.get<float>(), nullptr, sp, nullptr, ob.p);
+                ++calls;
+                INFO(codecs::isa_name(isa) << " cols=" << cols << " gs=" << gs << " scale[0] bits 0x" << std::hex
+                                           << codecs::f32_bits(scale[0]) << std::dec << " " << dtype_name(nat) << "->"
+                                           << dtype_name(out) << " stream=" << stream);
+                CHECK(ob.untouched_before());
+                REQUIRE(ob.row(cols * osz + 64) == want);
+              }
+          }
+      }
+    }
+  REQUIRE((calls > 0 || simd_isas().empty()));
+}
+
 TEST_CASE("Fused fp4 (E2M1) dequant: every scale binade, and groups out of range among others", "[codecs][simd]") {
   // As above for the nibble kernel with the E2M1 table (nvfp4: 16-column groups, mxfp4: 32): the
   // AVX2 kernel builds a group's table from bf16(scale) and bf16(1.5 scale) where the scale's binade

@@ -464,9 +464,8 @@ template <Kind N, Kind O, bool ZP, bool E4M3>
   }
   return t;
 }
-// Up to 64 columns from 64 code bytes (`n` of them valid) at out + j.
-template <bool NT>
-[[gnu::always_inline]] inline void byte_lookup(const ByteTable& t, __m512i c, uint16_t* o, unsigned n) {
+// The 64 output words of 64 code bytes: columns 0-31 in w0, 32-63 in w1.
+[[gnu::always_inline]] inline void byte_words(const ByteTable& t, __m512i c, __m512i& w0, __m512i& w1) {
   const __mmask64 top = _mm512_movepi8_mask(c);
   const __m512i lo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.lo[0], c, t.lo[1]),
                                             _mm512_permutex2var_epi8(t.lo[2], c, t.lo[3]));
@@ -475,8 +474,14 @@ template <bool NT>
   // unpacklo / unpackhi interleave within 128-bit lanes: words of codes 0-7, 16-23, 32-39, 48-55
   // and 8-15, 24-31, 40-47, 56-63; two qword permutes put them in column order.
   const __m512i a = _mm512_unpacklo_epi8(lo, hi), b = _mm512_unpackhi_epi8(lo, hi);
-  const __m512i w0 = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), b);
-  const __m512i w1 = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), b);
+  w0 = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), b);
+  w1 = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), b);
+}
+// Up to 64 columns from 64 code bytes (`n` of them valid) at out + j.
+template <bool NT>
+[[gnu::always_inline]] inline void byte_lookup(const ByteTable& t, __m512i c, uint16_t* o, unsigned n) {
+  __m512i w0, w1;
+  byte_words(t, c, w0, w1);
   store_words64<NT>(o, w0, w1, n);
 }
 constexpr size_t kByteTableFrom = 512;  // group length from which building a table pays off
@@ -505,11 +510,66 @@ inline const ByteTable& memo_table(void* memo, size_t g, float scale, float zp, 
                                     [&] { return byte_table<N, O, ZP, E4M3>(s, z); });
 }
 
+// E4M3 rows whose group scales are all positive powers of two (mxfp8: E8M0 scales, groups of 32),
+// bf16 out of a bf16 or f32 product. An E4M3 value has at most 4 significant bits, so x * 2^k is
+// exact in f32 and in bf16 while it stays normal and finite: its bf16 bits are bf16(x)'s plus k << 7,
+// for every code but the zeros and NaNs, whose outputs 2^k leaves as they are. One table (scale 1,
+// built by byte_chunk: the reference's bits) serves every group: each 32 columns of a step add
+// their group's k << 7 to the words of their other codes. The nonzero codes are 2^-9 <= |x| <= 448,
+// so exponent fields 16..240 (k in [-111, 113]) keep every result normal and below 2^122.
+inline bool pow2_scales(const float* scale, size_t n) {  // every entry 2^k, k in [-111, 113]
+  size_t i = 0;
+  const __m512i field = _mm512_set1_epi32(0xFF << 23);
+  for (; i < n; i += 16) {
+    const __mmask16 m = _bzhi_u32(0xFFFF, static_cast<unsigned>(n - i < 16 ? n - i : 16));
+    const __m512i b = _mm512_maskz_loadu_epi32(m, scale + i);
+    const __m512i e = _mm512_and_si512(b, field);
+    const __mmask16 bad = _mm512_mask_test_epi32_mask(m, b, _mm512_set1_epi32(static_cast<int>(0x807FFFFFu))) |
+                          _mm512_mask_cmplt_epu32_mask(m, e, _mm512_set1_epi32(16 << 23)) |
+                          _mm512_mask_cmpgt_epu32_mask(m, e, _mm512_set1_epi32(240 << 23));
+    if (bad) return false;
+  }
+  return true;
+}
+inline const ByteTable& unit_e4m3_table() {  // built once per process, on first use
+  static const ByteTable t = byte_table<kBF16, kBF16, false, true>(_mm512_set1_ps(1.f), _mm512_setzero_ps());
+  return t;
+}
+template <bool NT>
+void pow2_run(const uint8_t* codes, size_t cols, const float* scale, size_t gs, uint16_t* o) {
+  const ByteTable& t = unit_e4m3_table();
+  const auto shift = [&](size_t col) {  // k << 7 of the group of column col
+    uint32_t b;
+    __builtin_memcpy(&b, scale + col / gs, 4);
+    return _mm512_set1_epi16(static_cast<short>((static_cast<int>(b >> 23) - 127) * 128));
+  };
+  for (size_t j = 0; j < cols; j += 64) {
+    const unsigned n = cols - j < 64 ? static_cast<unsigned>(cols - j) : 64;
+    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(codes) + j + x86::kCodesAhead), _MM_HINT_T0);
+    const __m512i c = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, n), codes + j);
+    __m512i w0, w1;
+    byte_words(t, c, w0, w1);
+    // Codes other than +-0 and the NaNs (their 7 low bits neither all clear nor all set).
+    const __mmask64 scaled =
+        _mm512_test_epi8_mask(c, _mm512_set1_epi8(0x7F)) &
+        ~_mm512_cmpeq_epi8_mask(_mm512_or_si512(c, _mm512_set1_epi8(static_cast<char>(0x80))), _mm512_set1_epi8(-1));
+    w0 = _mm512_mask_add_epi16(w0, static_cast<__mmask32>(scaled), w0, shift(j));
+    if (n > 32) w1 = _mm512_mask_add_epi16(w1, static_cast<__mmask32>(scaled >> 32), w1, shift(j + 32));
+    store_words64<NT>(o + j, w0, w1, n);
+  }
+}
+
 // Flip = 0x80: the codes are offset binary (u, value u - 128: pack-quantized 8-bit codes), which are
 // int8 codes with the top bit flipped; one XOR per load makes them the int8 codes of every path below.
 template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, uint8_t Flip = 0>
 void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* memo,
               void* out) {
+  if constexpr (E4M3 && !ZP && O == kBF16 && N != kF16) {
+    // Groups of 32 to 511 columns (longer ones take a table of their own below), each 32 columns of
+    // a step inside one group.
+    if (gs % 32 == 0 && gs < kByteTableFrom && pow2_scales(scale, (cols + gs - 1) / gs))
+      return pow2_run<NT>(codes, cols, scale, gs, static_cast<uint16_t*>(out));
+  }
   __m512 z = _mm512_setzero_ps();
   for (size_t j0 = 0, g = 0; j0 < cols; j0 += gs, ++g) {
     const size_t j1 = cols - j0 > gs ? j0 + gs : cols;
