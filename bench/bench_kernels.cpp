@@ -12,6 +12,7 @@
 #endif
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
