@@ -632,8 +632,11 @@ inline bool e4m3_table_scale(uint32_t sbits) {
 // 32 columns at o from the codes at p, unless one of them is a NaN code (then false, nothing
 // written). O = kBF16: the words; kF32 (natural bf16): each word << 16, the bf16 value as f32;
 // kF16 (natural bf16): that f32 rounded to f16.
-template <Kind O, bool NT>
-[[gnu::always_inline]] inline bool e4m3_step32(const uint8_t* p, const E4m3Tables& t, void* o) {
+// shift (pow2_e4m3_run): k << 7 added to the words of every code but the zeros (bf16 bits of x 2^k
+// from the scale-1 tables' x; NaN codes never get here).
+template <Kind O, bool NT, bool Shift = false>
+[[gnu::always_inline]] inline bool e4m3_step32(const uint8_t* p, const E4m3Tables& t, void* o,
+                                               __m256i shift = _mm256_setzero_si256()) {
   // The codes rearranged so that the in-lane unpacks below leave whole stores in column order.
   // bf16: qwords 0 2 1 3, each lane's low 8 bytes hold codes 0-7 | 8-15 and its high 8 codes
   // 16-23 | 24-31: the byte unpacks give words of codes 0-15 and 16-31. f32: dwords 0 2 4 6 1 3 5 7,
@@ -655,7 +658,12 @@ template <Kind O, bool NT>
   const __m256i whi =
       _mm256_add_epi8(_mm256_blendv_epi8(_mm256_shuffle_epi8(t.lhi, lo), _mm256_shuffle_epi8(t.zhi, lo), sub),
                       _mm256_shuffle_epi8(h, hi));
-  const __m256i w0 = _mm256_unpacklo_epi8(wlo, whi), w1 = _mm256_unpackhi_epi8(wlo, whi);
+  __m256i w0 = _mm256_unpacklo_epi8(wlo, whi), w1 = _mm256_unpackhi_epi8(wlo, whi);
+  if constexpr (Shift) {
+    const __m256i mag = _mm256_set1_epi16(0x7FFF), zero = _mm256_setzero_si256();
+    w0 = _mm256_add_epi16(w0, _mm256_andnot_si256(_mm256_cmpeq_epi16(_mm256_and_si256(w0, mag), zero), shift));
+    w1 = _mm256_add_epi16(w1, _mm256_andnot_si256(_mm256_cmpeq_epi16(_mm256_and_si256(w1, mag), zero), shift));
+  }
   if constexpr (O == kF32) {
     const __m256i zero = _mm256_setzero_si256();
     float* f = static_cast<float*>(o);
@@ -678,11 +686,55 @@ template <Kind O, bool NT>
   return true;
 }
 
+// E4M3 rows whose group scales are all positive powers of two 2^k (mxfp8's E8M0; groups of a
+// multiple of 32 columns): x 2^k is exact while normal (an E4M3 value has at most 4 significant
+// bits), so the scale-1 tables give bf16(x) and each 32 columns add their group's k << 7 to the
+// words of their nonzero codes (e4m3_step32's shift). Exponent fields 16..240 keep every result
+// normal (|x| in [2^-9, 448]); steps holding a NaN code take byte_chunk16 with the group's scale.
+inline bool pow2_scales(const float* scale, size_t n) {  // every entry 2^k, k in [-111, 113]
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t b;
+    __builtin_memcpy(&b, scale + i, 4);
+    if ((b & 0x807FFFFFu) != 0 || (b >> 23) < 16 || (b >> 23) > 240) return false;
+  }
+  return true;
+}
+template <Kind N, Kind O, bool NT>
+void pow2_e4m3_run(const uint8_t* codes, size_t cols, const float* scale, size_t gs, void* out) {
+  constexpr size_t osz = O == kF32 ? 4 : 2;
+  auto* o = static_cast<unsigned char*>(out);
+  const E4m3Tables t = e4m3_tables(1.f);
+  size_t j = 0;
+  for (; j + 32 <= cols; j += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(codes) + j + x86::kCodesAhead), _MM_HINT_T0);
+    const float sc = scale[j / gs];
+    uint32_t b;
+    __builtin_memcpy(&b, &sc, 4);
+    const __m256i shift = _mm256_set1_epi16(static_cast<short>((static_cast<int>(b >> 23) - 127) * 128));
+    if (e4m3_step32<O, NT, true>(codes + j, t, o + j * osz, shift)) continue;
+    for (size_t h = j; h < j + 32; h += 16)  // a NaN code: the arithmetic (a finite scale, no NaN patch)
+      byte_chunk16<N, O, false, true, NT, false>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + h)),
+                                                 _mm256_set1_ps(sc * 256.f), _mm256_setzero_ps(), true, o + h * osz);
+  }
+  for (; j < cols; j += 8) {  // the last 1..31 columns, 8 at a time from zero-padded copies
+    const size_t n = cols - j < 8 ? cols - j : 8;
+    alignas(16) unsigned char in[16] = {}, tmp[32];
+    for (size_t k = 0; k < n; ++k) in[k] = codes[j + k];
+    byte_chunk<N, O, false, true>(_mm_load_si128(reinterpret_cast<const __m128i*>(in)), _mm256_set1_ps(scale[j / gs]),
+                                  _mm256_setzero_ps(), tmp);
+    for (size_t k = 0; k < n * osz; ++k) o[j * osz + k] = tmp[k];
+  }
+}
+
 // Flip = 0x80: offset-binary codes (u, value u - 128: pack-quantized 8-bit), int8 codes with the top
 // bit flipped, which one XOR per load makes them.
 template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, uint8_t Flip = 0>
 void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* memo,
               void* out) {
+  if constexpr (E4M3 && !ZP && ((O == kBF16 && N != kF16) || N == kBF16)) {
+    if (gs % 32 == 0 && gs < 512 && pow2_scales(scale, (cols + gs - 1) / gs))
+      return pow2_e4m3_run<N, O, NT>(codes, cols, scale, gs, out);
+  }
   const __m128i flip = _mm_set1_epi8(static_cast<char>(Flip));
   constexpr size_t osz = O == kF32 ? 4 : 2;
   auto* o = static_cast<unsigned char*>(out);
