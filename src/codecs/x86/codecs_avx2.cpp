@@ -13,6 +13,7 @@
 #include "codecs/isa_kernels.hpp"
 #include "codecs/simd_dispatch.hpp"
 #include "codecs/x86/byte_memo.hpp"
+#include "codecs/x86/pow2_scales.hpp"
 #include "codecs/x86/stores.hpp"
 
 namespace ctstream::codecs::avx2 {
@@ -305,12 +306,16 @@ template <bool ZP>
 struct Table16 {
   __m256i lo, hi;
 };
-// The tables of 16 output words w (in order, 8 a lane).
-[[gnu::always_inline]] inline Table16 table16_of_words(__m256i w) {
+// 16 words w (in order, 8 a lane) as [their 16 low bytes | their 16 high bytes].
+[[gnu::always_inline]] inline __m256i split_words(__m256i w) {
   // Per lane: low bytes of its 8 words, then their high bytes; then gather the halves.
   const __m256i split = _mm256_shuffle_epi8(w, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
                                                                 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-  const __m256i q = _mm256_permute4x64_epi64(split, 0xD8);  // [low bytes w0-15 | high bytes w0-15]
+  return _mm256_permute4x64_epi64(split, 0xD8);
+}
+// The tables of 16 output words w (in order, 8 a lane).
+[[gnu::always_inline]] inline Table16 table16_of_words(__m256i w) {
+  const __m256i q = split_words(w);
   return {_mm256_permute2x128_si256(q, q, 0x00), _mm256_permute2x128_si256(q, q, 0x11)};
 }
 template <Kind N, Kind O>
@@ -448,10 +453,7 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
 }
 // Two groups' tables, one a lane (16-column groups: 32 columns a step, lane 0 the first group's).
 [[gnu::always_inline]] inline Table16 e2m1_pair_table(__m256i w0, __m256i w1) {
-  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
-                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  const __m256i a = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(w0, split), 0xD8);  // [low bytes | high bytes]
-  const __m256i b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(w1, split), 0xD8);
+  const __m256i a = split_words(w0), b = split_words(w1);
   return {_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31)};
 }
 // 32 columns (16 bytes of codes) through a pair table: lane 0 looks up columns 0-15, lane 1 16-31.
@@ -601,7 +603,7 @@ template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, bool NaN = true>
 // 240 and no addition carries into the sign. Other scales, and steps holding a NaN code (0x7F,
 // 0xFF: no such form), go through byte_chunk16.
 struct E4m3Tables {
-  __m256i llo, lhi, zlo, zhi;  // each 16-byte table in both lanes
+  Table16 l, z;  // L and Z above, each 16-byte table in both lanes
 };
 inline bool e4m3_table_scale(uint32_t sbits) {
   const uint32_t e = (sbits >> 23) & 0xFF;
@@ -614,20 +616,10 @@ inline bool e4m3_table_scale(uint32_t sbits) {
   const __m256 z = _mm256_mul_ps(_mm256_setr_ps(0, 2 * k, 4 * k, 6 * k, 8 * k, 10 * k, 12 * k, 14 * k), s);
   const __m256i ta = _mm256_srli_epi32(bf16_round_hi<false>(a), 16),
                 tz = _mm256_srli_epi32(bf16_round_hi<false>(z), 16);
-  // Words in each lane's order, then each lane's bytes split: low bytes in its low 8, high in its high 8.
-  const __m256i bytes = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
-                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  // L: words ta0-7 then ta0-7 + 128 (packus interleaves lanes; qwords 0 2 1 3 restore the order),
-  // split so that lane 0 holds the 16 low bytes and lane 1 the 16 high bytes.
-  const __m256i l = _mm256_permute4x64_epi64(
-      _mm256_shuffle_epi8(
-          _mm256_permute4x64_epi64(_mm256_packus_epi32(ta, _mm256_add_epi32(ta, _mm256_set1_epi32(128))), 0xD8), bytes),
-      0xD8);
-  // Z: words tz0-7 then tz0-7 again (never looked up: codes with e = 0 have low nibbles 0-7), split
-  // the same way in each lane; each lane's low or high qword repeated gives the two tables.
-  const __m256i zw = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(_mm256_packus_epi32(tz, tz), 0xD8), bytes);
-  return {_mm256_permute2x128_si256(l, l, 0x00), _mm256_permute2x128_si256(l, l, 0x11), _mm256_unpacklo_epi64(zw, zw),
-          _mm256_unpackhi_epi64(zw, zw)};
+  // Words in order (packus interleaves lanes; qwords 0 2 1 3 restore it). L: ta0-7, then ta0-7 +
+  // 128 (e0 = 1). Z: tz0-7 twice (the second never looked up: codes with e = 0 have low nibbles 0-7).
+  const auto words = [](__m256i x, __m256i y) { return _mm256_permute4x64_epi64(_mm256_packus_epi32(x, y), 0xD8); };
+  return {table16_of_words(words(ta, _mm256_add_epi32(ta, _mm256_set1_epi32(128)))), table16_of_words(words(tz, tz))};
 }
 // 32 columns at o from the codes at p, unless one of them is a NaN code (then false, nothing
 // written). O = kBF16: the words; kF32 (natural bf16): each word << 16, the bf16 value as f32;
@@ -654,9 +646,9 @@ template <Kind O, bool NT, bool Shift = false>
   const __m256i sub = _mm256_cmpeq_epi8(_mm256_and_si256(c, _mm256_set1_epi8(0x78)), _mm256_setzero_si256());
   const __m256i h = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -128, -127, -126, -125, -124, -123, -122, -121,  //
                                      0, 1, 2, 3, 4, 5, 6, 7, -128, -127, -126, -125, -124, -123, -122, -121);
-  const __m256i wlo = _mm256_blendv_epi8(_mm256_shuffle_epi8(t.llo, lo), _mm256_shuffle_epi8(t.zlo, lo), sub);
+  const __m256i wlo = _mm256_blendv_epi8(_mm256_shuffle_epi8(t.l.lo, lo), _mm256_shuffle_epi8(t.z.lo, lo), sub);
   const __m256i whi =
-      _mm256_add_epi8(_mm256_blendv_epi8(_mm256_shuffle_epi8(t.lhi, lo), _mm256_shuffle_epi8(t.zhi, lo), sub),
+      _mm256_add_epi8(_mm256_blendv_epi8(_mm256_shuffle_epi8(t.l.hi, lo), _mm256_shuffle_epi8(t.z.hi, lo), sub),
                       _mm256_shuffle_epi8(h, hi));
   __m256i w0 = _mm256_unpacklo_epi8(wlo, whi), w1 = _mm256_unpackhi_epi8(wlo, whi);
   if constexpr (Shift) {
@@ -686,21 +678,30 @@ template <Kind O, bool NT, bool Shift = false>
   return true;
 }
 
-// E4M3 rows whose group scales are all positive powers of two 2^k (mxfp8's E8M0; groups of a
-// multiple of 32 columns): x 2^k is exact while normal (an E4M3 value has at most 4 significant
-// bits), so the scale-1 tables give bf16(x) and each 32 columns add their group's k << 7 to the
-// words of their nonzero codes (e4m3_step32's shift). Exponent fields 16..240 keep every result
-// normal (|x| in [2^-9, 448]); steps holding a NaN code take byte_chunk16 with the group's scale.
-inline bool pow2_scales(const float* scale, size_t n) {  // every entry 2^k, k in [-111, 113]
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t b;
-    __builtin_memcpy(&b, scale + i, 4);
-    if ((b & 0x807FFFFFu) != 0 || (b >> 23) < 16 || (b >> 23) > 240) return false;
+// E4M3 rows whose group scales are all positive powers of two in range (codecs/x86/pow2_scales.hpp;
+// mxfp8: groups of 32, or any multiple of 32 columns): the scale-1 tables give bf16(x) and each 32
+// columns add their group's k << 7 to the words of their nonzero codes (e4m3_step32's shift);
+// steps holding a NaN code take byte_chunk16 with the group's scale.
+inline bool pow2_scales(const float* scale, size_t n) {
+  const __m256i clear = _mm256_set1_epi32(static_cast<int>(x86::kPow2Clear));
+  const __m256i below = _mm256_set1_epi32(static_cast<int>(x86::kPow2FieldMin)),
+                above = _mm256_set1_epi32(static_cast<int>(x86::kPow2FieldMax));
+  for (size_t i = 0; i < n; i += 8) {
+    const int m = static_cast<int>(n - i < 8 ? n - i : 8);
+    const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i b = _mm256_maskload_epi32(reinterpret_cast<const int*>(scale + i), valid);  // masked: no read past n
+    const __m256i e = _mm256_srli_epi32(b, 23);  // the sign is clear wherever pow2 holds
+    const __m256i pow2 = _mm256_cmpeq_epi32(_mm256_and_si256(b, clear), _mm256_setzero_si256());
+    const __m256i ok =
+        _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(below, e), _mm256_cmpgt_epi32(e, above)), pow2);
+    const __m256i bad = _mm256_andnot_si256(ok, valid);
+    if (!_mm256_testz_si256(bad, bad)) return false;
   }
   return true;
 }
+// Whole 32-column steps; returns the columns written (the rest, under 32, lies in one group).
 template <Kind N, Kind O, bool NT>
-void pow2_e4m3_run(const uint8_t* codes, size_t cols, const float* scale, size_t gs, void* out) {
+size_t pow2_e4m3_run(const uint8_t* codes, size_t cols, const float* scale, size_t gs, void* out) {
   constexpr size_t osz = O == kF32 ? 4 : 2;
   auto* o = static_cast<unsigned char*>(out);
   const E4m3Tables t = e4m3_tables(1.f);
@@ -716,14 +717,7 @@ void pow2_e4m3_run(const uint8_t* codes, size_t cols, const float* scale, size_t
       byte_chunk16<N, O, false, true, NT, false>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + h)),
                                                  _mm256_set1_ps(sc * 256.f), _mm256_setzero_ps(), true, o + h * osz);
   }
-  for (; j < cols; j += 8) {  // the last 1..31 columns, 8 at a time from zero-padded copies
-    const size_t n = cols - j < 8 ? cols - j : 8;
-    alignas(16) unsigned char in[16] = {}, tmp[32];
-    for (size_t k = 0; k < n; ++k) in[k] = codes[j + k];
-    byte_chunk<N, O, false, true>(_mm_load_si128(reinterpret_cast<const __m128i*>(in)), _mm256_set1_ps(scale[j / gs]),
-                                  _mm256_setzero_ps(), tmp);
-    for (size_t k = 0; k < n * osz; ++k) o[j * osz + k] = tmp[k];
-  }
+  return j;
 }
 
 // Flip = 0x80: offset-binary codes (u, value u - 128: pack-quantized 8-bit), int8 codes with the top
@@ -731,13 +725,18 @@ void pow2_e4m3_run(const uint8_t* codes, size_t cols, const float* scale, size_t
 template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, uint8_t Flip = 0>
 void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float* zp, size_t gs, void* memo,
               void* out) {
-  if constexpr (E4M3 && !ZP && ((O == kBF16 && N != kF16) || N == kBF16)) {
-    if (gs % 32 == 0 && gs < 512 && pow2_scales(scale, (cols + gs - 1) / gs))
-      return pow2_e4m3_run<N, O, NT>(codes, cols, scale, gs, out);
-  }
+  // E4M3 outputs the tables above give: bf16 of a bf16 or f32 product; f32 / f16 of a bf16 one.
+  constexpr bool kTables = E4M3 && !ZP && ((O == kBF16 && N != kF16) || N == kBF16);
   const __m128i flip = _mm_set1_epi8(static_cast<char>(Flip));
   constexpr size_t osz = O == kF32 ? 4 : 2;
   auto* o = static_cast<unsigned char*>(out);
+  if constexpr (kTables) {
+    if (gs % 32 == 0 && gs < 512 && pow2_scales(scale, (cols + gs - 1) / gs)) {
+      // The rest, under 32 columns inside one group, as a row of its own below.
+      const size_t done = pow2_e4m3_run<N, O, NT>(codes, cols, scale, gs, out);
+      codes += done, cols -= done, scale += done / gs, o += done * osz;
+    }
+  }
   __m256 z = _mm256_setzero_ps();
   for (size_t j0 = 0, g = 0; j0 < cols; j0 += gs, ++g) {
     const size_t j1 = cols - j0 > gs ? j0 + gs : cols;
@@ -750,7 +749,7 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
     __builtin_memcpy(&sbits, &scale[g], 4);
     const bool fold = E4M3 && !ZP && (sbits & 0x7F800000u) < ((127u + 119u) << 23);
     const __m256 s16 = fold ? _mm256_mul_ps(s, _mm256_set1_ps(256.f)) : s;
-    if constexpr (E4M3 && !ZP && ((O == kBF16 && N != kF16) || N == kBF16)) {
+    if constexpr (kTables) {
       if (j1 - j >= 64 && e4m3_table_scale(sbits)) {  // a table pays for itself over two steps
         // Groups shorter than a row's 512 columns: the rows that repeat this scale share the table
         // (codecs/x86/byte_memo.hpp); it depends on the scale alone.
@@ -936,15 +935,16 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
       simd::with_flag(spec.stream, [&](auto nt) {
         constexpr Kind N = decltype(n)::value, O = decltype(o)::value;
         constexpr bool Z = decltype(z)::value, NT = decltype(nt)::value;
-        size_t j = 0;
+        size_t j = 0, g = 0;  // columns and groups done by the E2M1 tables
         if constexpr (O == kBF16 && N != kF16 && !Z) {
-          if ((gs == 16 || gs == 32) && is_e2m1_lut(lut))
+          if ((gs == 16 || gs == 32) && is_e2m1_lut(lut)) {
             j = e2m1_groups<NT>(packed, cols, scale, gs, static_cast<uint16_t*>(out));
+            g = j / gs;
+          }
         }
         // The rest from a group's first column (j is a whole number of groups, so even).
         if (j < cols)
-          dequant_run<N, O, Z, NT>(packed + j / 2, cols - j, lut, scale + (j ? j / gs : 0),
-                                   Z ? zp + (j ? j / gs : 0) : zp, gs,
+          dequant_run<N, O, Z, NT>(packed + j / 2, cols - j, lut, scale + g, Z ? zp + g : zp, gs,
                                    static_cast<unsigned char*>(out) + j * (O == kF32 ? 4 : 2));
       });
     });

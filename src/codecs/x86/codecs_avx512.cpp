@@ -12,6 +12,7 @@
 #include "codecs/isa_kernels.hpp"
 #include "codecs/simd_dispatch.hpp"
 #include "codecs/x86/byte_memo.hpp"
+#include "codecs/x86/pow2_scales.hpp"
 #include "codecs/x86/stores.hpp"
 
 namespace ctstream::codecs::avx512 {
@@ -510,23 +511,20 @@ inline const ByteTable& memo_table(void* memo, size_t g, float scale, float zp, 
                                     [&] { return byte_table<N, O, ZP, E4M3>(s, z); });
 }
 
-// E4M3 rows whose group scales are all positive powers of two (mxfp8: E8M0 scales, groups of 32),
-// bf16 out of a bf16 or f32 product. An E4M3 value has at most 4 significant bits, so x * 2^k is
-// exact in f32 and in bf16 while it stays normal and finite: its bf16 bits are bf16(x)'s plus k << 7,
-// for every code but the zeros and NaNs, whose outputs 2^k leaves as they are. One table (scale 1,
-// built by byte_chunk: the reference's bits) serves every group: each 32 columns of a step add
-// their group's k << 7 to the words of their other codes. The nonzero codes are 2^-9 <= |x| <= 448,
-// so exponent fields 16..240 (k in [-111, 113]) keep every result normal and below 2^122.
-inline bool pow2_scales(const float* scale, size_t n) {  // every entry 2^k, k in [-111, 113]
-  size_t i = 0;
+// E4M3 rows whose group scales are all positive powers of two in range (codecs/x86/pow2_scales.hpp;
+// mxfp8: E8M0 scales, groups of 32), bf16 out of a bf16 or f32 product. One table (scale 1, built
+// by byte_chunk: the reference's bits) serves every group: each 32 columns of a step add their
+// group's k << 7 to the words of their codes other than the zeros and NaNs.
+inline bool pow2_scales(const float* scale, size_t n) {
   const __m512i field = _mm512_set1_epi32(0xFF << 23);
-  for (; i < n; i += 16) {
+  for (size_t i = 0; i < n; i += 16) {
     const __mmask16 m = _bzhi_u32(0xFFFF, static_cast<unsigned>(n - i < 16 ? n - i : 16));
     const __m512i b = _mm512_maskz_loadu_epi32(m, scale + i);
     const __m512i e = _mm512_and_si512(b, field);
-    const __mmask16 bad = _mm512_mask_test_epi32_mask(m, b, _mm512_set1_epi32(static_cast<int>(0x807FFFFFu))) |
-                          _mm512_mask_cmplt_epu32_mask(m, e, _mm512_set1_epi32(16 << 23)) |
-                          _mm512_mask_cmpgt_epu32_mask(m, e, _mm512_set1_epi32(240 << 23));
+    const __mmask16 bad =
+        _mm512_mask_test_epi32_mask(m, b, _mm512_set1_epi32(static_cast<int>(x86::kPow2Clear))) |
+        _mm512_mask_cmplt_epu32_mask(m, e, _mm512_set1_epi32(static_cast<int>(x86::kPow2FieldMin << 23))) |
+        _mm512_mask_cmpgt_epu32_mask(m, e, _mm512_set1_epi32(static_cast<int>(x86::kPow2FieldMax << 23)));
     if (bad) return false;
   }
   return true;
