@@ -255,9 +255,9 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
   for (auto& b : codes) b = static_cast<uint8_t>(code == codecs::ByteCode::e4m3 ? (rng() & 0xF7) : rng());  // no NaNs
   std::uniform_real_distribution<float> sd(0.001f, 0.02f);
   std::vector<float> scale(rows * groups);
-  for (auto& s : scale) s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(sd(rng)))));
-  if (e8m0)  // mxfp8: E8M0 scales, powers of two (2^-10 .. 2^-6 here)
-    for (auto& s : scale) s = std::ldexp(1.f, -10 + static_cast<int>(rng() % 5));
+  for (auto& s : scale)  // bf16 scales, or mxfp8's E8M0: powers of two (2^-10 .. 2^-6 here)
+    s = e8m0 ? std::ldexp(1.f, -10 + static_cast<int>(rng() % 5))
+             : codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(sd(rng)))));
   if (block_rows > 1)
     for (size_t r = 0; r < rows; ++r)
       for (size_t g = 0; g < groups; ++g) scale[r * groups + g] = scale[(r - r % block_rows) * groups + g];
@@ -279,7 +279,7 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
     benchmark::DoNotOptimize(out.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * out.size()));  // output bytes
-  // As stored: one bf16 scale per group (block scales: one per block_rows rows).
+  // As stored: one bf16 (E8M0: one byte) scale per group (block scales: one per block_rows rows).
   const size_t stored_scales = (block_rows > 1 ? (rows + block_rows - 1) / block_rows : rows) * groups;
   traffic(st, static_cast<double>(codes.size() + stored_scales * (e8m0 ? 1 : 2)), static_cast<double>(out.size()),
           threads);
