@@ -180,7 +180,9 @@ inline Checkpoint structured(Bytes& in) {
       const bool legacy = in.chance(30);
       const unsigned strategy = in.below(3);  // tensor, channel, group
       const uint64_t gs = 4u << in.below(4);
-      const uint64_t C = strategy == 2 ? gs * in.below(5) : in.below(70);
+      // Up to 139 columns: rows long enough for the SIMD kernels' table paths (AVX2 E4M3 tables from
+      // 64 columns of one scale), with whole steps and tails.
+      const uint64_t C = strategy == 2 ? gs * in.below(5) : in.below(140);
       const uint64_t words = legacy ? (C + 32 / b - 1) / (32 / b) : (C * b + 31) / 32;
       add("weight_packed", "I32", bump({R, words}));
       const uint64_t G = strategy == 2 ? C / gs : 1;
@@ -213,7 +215,9 @@ inline Checkpoint structured(Bytes& in) {
       const unsigned strategy = in.below(4);  // tensor, channel, group, block
       const uint64_t gs = 4u << in.below(3);
       const uint64_t bh = 1 + in.below(9), bw = 1 + in.below(9);
-      const uint64_t C = strategy == 2 ? gs * in.below(5) : in.below(70);
+      // Up to 139 columns: rows long enough for the SIMD kernels' table paths (AVX2 E4M3 tables from
+      // 64 columns of one scale), with whole steps and tails.
+      const uint64_t C = strategy == 2 ? gs * in.below(5) : in.below(140);
       add("weight", fp8 ? "F8_E4M3" : "I8", {R, C});
       std::vector<uint64_t> ss;
       switch (strategy) {
@@ -238,7 +242,8 @@ inline Checkpoint structured(Bytes& in) {
     default: {  // nvfp4 / mxfp4 / mxfp6 / mxfp8
       const unsigned kind = family - 4;
       const uint64_t group = kind == 0 ? 16 : 32;
-      const uint64_t C = group * in.below(4);
+      // Up to 11 groups: the AVX2 kernels take runs of 8 whole groups through E2M1 tables.
+      const uint64_t C = group * in.below(12);
       if (kind == 3) add("weight", "F8_E4M3", {R, C});
       else add("weight_packed", "U8", bump({R, kind == 2 ? C / 4 * 3 : C / 2}));
       add("weight_scale", kind == 0 ? "F8_E4M3" : "U8", bump({R, C / group}));
