@@ -330,19 +330,38 @@ template <Kind N, Kind O>
   }
   return table16_of_words(w);
 }
+// The 32 nibbles of 16 code bytes as bytes: lane 0 from bytes 0-7, lane 1 from bytes 8-15, each byte's
+// low nibble then its high nibble (packed order: the column order). Per 16-bit lane w = byte:
+// (w | w << 4) & 0x0F0F.
+[[gnu::always_inline]] inline __m256i nibbles(__m128i b) {
+  const __m256i w = _mm256_cvtepu8_epi16(b);
+  return _mm256_and_si256(_mm256_or_si256(w, _mm256_slli_epi16(w, 4)), _mm256_set1_epi16(0x0F0F));
+}
+// 16 output words w (in order) at columns j .. j + 15 of o: as they are (16-bit outputs) or, O = kF32,
+// each as the f32 whose high half it is (a bf16 value widened).
+template <Kind O, bool NT>
+[[gnu::always_inline]] inline void put_words(void* o, size_t j, __m256i w) {
+  if constexpr (O == kF32) {
+    float* f = static_cast<float*>(o) + j;
+    const __m256i a = _mm256_unpacklo_epi16(_mm256_setzero_si256(), w),  // words 0-3 | 8-11
+        b = _mm256_unpackhi_epi16(_mm256_setzero_si256(), w);            // words 4-7 | 12-15
+    put256<NT>(f, _mm256_permute2x128_si256(a, b, 0x20));
+    put256<NT>(f + 8, _mm256_permute2x128_si256(a, b, 0x31));
+  } else {
+    put256<NT>(static_cast<uint16_t*>(o) + j, w);
+  }
+}
 // 32 columns of 16-bit output. The 16 bytes are reordered so that after splitting nibbles and
 // interleaving, lane 0 holds the codes of columns 0-7 and 16-23, lane 1 those of 8-15 and
 // 24-31; the byte lookups interleaved by unpacklo/hi_epi8 are then columns 0-15 and 16-31.
-template <bool NT>
-[[gnu::always_inline]] inline void chunk_table16(const uint8_t* p, const Table16& tab, uint16_t* o) {
-  const __m128i b = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)),
-                                     _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15));
-  const __m128i nib = _mm_set1_epi8(0x0F);
-  const __m128i lo = _mm_and_si128(b, nib), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib);
-  const __m256i idx = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+// O = kF32: the tables' words are bf16, each written as the f32 it is the high half of (put_words).
+template <bool NT, Kind O = kBF16>
+[[gnu::always_inline]] inline void chunk_table16(const uint8_t* p, const Table16& tab, void* o) {
+  const __m256i idx = nibbles(_mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)),
+                                               _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15)));
   const __m256i l = _mm256_shuffle_epi8(tab.lo, idx), h = _mm256_shuffle_epi8(tab.hi, idx);
-  put256<NT>(o, _mm256_unpacklo_epi8(l, h));
-  put256<NT>(o + 16, _mm256_unpackhi_epi8(l, h));
+  put_words<O, NT>(o, 0, _mm256_unpacklo_epi8(l, h));
+  put_words<O, NT>(o, 16, _mm256_unpackhi_epi8(l, h));
 }
 // 16 columns of 16-bit output (8 bytes) with the same tables, in 128-bit registers.
 template <bool NT>
@@ -422,14 +441,15 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
 }
 
 // E2M1 codes (fp4: nvfp4's 16-column and mxfp4's 32-column groups) -> bf16 of a bf16 or f32
-// product, no zero points: a group's table from two roundings instead of sixteen. The magnitudes
-// 0.5, 1, 2, 4 are 2^k and 1.5, 3, 6 are 2^k 1.5, so while the products and their roundings are
-// normal and finite, each output's bits are those of T0 = bf16(scale) or T1 = bf16(1.5 scale)
-// plus k << 7 (rounding commutes with a power of two there); the code's sign adds 0x8000 (RNE is
-// symmetric) and a zero code is the scale's signed zero flipped by its own. T0, T1 and that zero
-// are computed for 8 groups at once; each group's 16 words are one vpshufb of them and one add.
-// 32-column groups then look up 32 columns through their own tables (table16_of_words); 16-column
-// groups go two at a time, one group's tables in each lane (e2m1_pair_table), 32 columns a step.
+// product (or that bf16 value as f32), no zero points: a group's table from two roundings instead
+// of sixteen. The magnitudes 0.5, 1, 2, 4 are 2^k and 1.5, 3, 6 are 2^k 1.5, so while the products
+// and their roundings are normal and finite, each output's bits are those of T0 = bf16(scale) or
+// T1 = bf16(1.5 scale) plus k << 7 (rounding commutes with a power of two there); the code's sign
+// adds 0x8000 (RNE is symmetric) and a zero code is the scale's signed zero flipped by its own.
+// T0, T1 and that zero are computed for 8 groups at once; the tables of a lane's group are three
+// in-lane vpshufb, an add and an xor of them (e2m1_pair_table). 16-column groups go two at a time,
+// one group's tables in each lane (the scales loaded even groups to lane 0, odd ones to lane 1),
+// 32 columns a step; a 32-column group's tables fill both lanes (one vpermq first).
 // A scale's exponent field in 8..240 keeps every product and table entry normal and far from
 // overflow (0.5 |scale| >= 2^-120, 6 |scale| < 2^117); a run holding another goes the general way.
 [[gnu::always_inline]] inline bool is_e2m1_lut(const float* lut) {  // exactly e2m1_to_f32's values, -0.0 at code 8
@@ -441,40 +461,46 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
                        _mm256_cmpeq_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lut + 8)), neg));
   return _mm256_movemask_epi8(eq) == -1;
 }
-// A group's 16 output words from q: words (zero, T0, T1, 0) of the group in every qword.
-[[gnu::always_inline]] inline __m256i e2m1_words(__m256i q) {
-  // Code c & 7 takes word 0 (zero), 1 (T0: 0.5, 1, 2, 4) or 2 (T1: 1.5, 3, 6), plus its power of two
-  // (k << 7) and, for codes 8-15, the sign (0x8000 more, mod 2^16).
-  const __m256i pick = _mm256_setr_epi8(0, 1, 2, 3, 2, 3, 4, 5, 2, 3, 4, 5, 2, 3, 4, 5,  //
-                                        0, 1, 2, 3, 2, 3, 4, 5, 2, 3, 4, 5, 2, 3, 4, 5);
-  const __m256i add = _mm256_setr_epi16(0, -128, 0, 0, 128, 128, 256, 256, -0x8000, 0x7F80, -0x8000, -0x8000, -0x7F80,
-                                        -0x7F80, -0x7F00, -0x7F00);
-  return _mm256_add_epi16(_mm256_shuffle_epi8(q, pick), add);
-}
-// Two groups' tables, one a lane (16-column groups: 32 columns a step, lane 0 the first group's).
-[[gnu::always_inline]] inline Table16 e2m1_pair_table(__m256i w0, __m256i w1) {
-  const __m256i a = split_words(w0), b = split_words(w1);
-  return {_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31)};
+// The tables of two groups, one a lane, from q holding each lane's group's words (zero, T0, T1, 0)
+// in qword Half of the lane. Code c < 8 takes word 0 (zero), 1 (T0: 0.5, 1, 2, 4) or 2 (T1: 1.5,
+// 3, 6) plus its power of two (k << 7); code c + 8 is code c negated, its word that one with the
+// sign flipped (RNE is symmetric; a zero's sign flips as -(+-0) does): the same low byte, the high
+// byte ^ 0x80. Every step stays in its lane.
+template <int Half>
+[[gnu::always_inline]] inline Table16 e2m1_pair_table(__m256i q) {
+  constexpr char o = 8 * Half;
+  const __m256i pick = _mm256_setr_epi8(o, o + 1, o + 2, o + 3, o + 2, o + 3, o + 4, o + 5, o + 2, o + 3, o + 4, o + 5,
+                                        o + 2, o + 3, o + 4, o + 5, o, o + 1, o + 2, o + 3, o + 2, o + 3, o + 4, o + 5,
+                                        o + 2, o + 3, o + 4, o + 5, o + 2, o + 3, o + 4, o + 5);
+  const __m256i add = _mm256_setr_epi16(0, -128, 0, 0, 128, 128, 256, 256, 0, -128, 0, 0, 128, 128, 256, 256);
+  const __m256i w = _mm256_add_epi16(_mm256_shuffle_epi8(q, pick), add);  // codes 0-7's words, per lane
+  const __m256i lo = _mm256_shuffle_epi8(w, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14, 0, 2,
+                                                             4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14));
+  const __m256i hi = _mm256_shuffle_epi8(w, _mm256_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15, 1, 3,
+                                                             5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15));
+  const __m256i sign = _mm256_setr_epi64x(0, static_cast<long long>(0x8080808080808080ull), 0,
+                                          static_cast<long long>(0x8080808080808080ull));
+  return {lo, _mm256_xor_si256(hi, sign)};
 }
 // 32 columns (16 bytes of codes) through a pair table: lane 0 looks up columns 0-15, lane 1 16-31.
-template <bool NT>
-[[gnu::always_inline]] inline void chunk_pair_table16(const uint8_t* p, const Table16& tab, uint16_t* o) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i nib = _mm_set1_epi8(0x0F);
-  const __m128i lo = _mm_and_si128(b, nib), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib);
-  const __m256i idx = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+template <bool NT, Kind O>
+[[gnu::always_inline]] inline void chunk_pair_table16(const uint8_t* p, const Table16& tab, void* o) {
+  const __m256i idx = nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m256i l = _mm256_shuffle_epi8(tab.lo, idx), h = _mm256_shuffle_epi8(tab.hi, idx);
   const __m256i a = _mm256_unpacklo_epi8(l, h), c = _mm256_unpackhi_epi8(l, h);  // columns 0-7 | 16-23, 8-15 | 24-31
-  put256<NT>(o, _mm256_permute2x128_si256(a, c, 0x20));
-  put256<NT>(o + 16, _mm256_permute2x128_si256(a, c, 0x31));
+  put_words<O, NT>(o, 0, _mm256_permute2x128_si256(a, c, 0x20));
+  put_words<O, NT>(o, 16, _mm256_permute2x128_si256(a, c, 0x31));
 }
 // Columns from 0 while whole runs of 8 groups of gs (16 or 32) columns remain and their scales are
 // in range; returns the columns written (a whole number of groups).
-template <bool NT>
-size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_t gs, uint16_t* out) {
+template <Kind O, bool NT>
+size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_t gs, void* out) {
+  const auto at = [out](size_t j) { return static_cast<unsigned char*>(out) + j * (O == kF32 ? 4 : 2); };
   size_t j = 0;
   for (size_t g = 0; cols - j >= 8 * gs; g += 8) {
-    const __m256 s = _mm256_loadu_ps(scale + g);
+    // 16-column groups: the even groups' scales in lane 0, the odd ones' in lane 1 (pairs).
+    const __m256 s8 = _mm256_loadu_ps(scale + g);
+    const __m256 s = gs == 16 ? _mm256_permutevar8x32_ps(s8, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)) : s8;
     const __m256i e = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(s), 23), _mm256_set1_epi32(0xFF));
     const __m256i out_of_range =
         _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), e), _mm256_cmpgt_epi32(e, _mm256_set1_epi32(240)));
@@ -484,18 +510,20 @@ size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_
     const __m256i zero = _mm256_srli_epi32(
         _mm256_and_si256(_mm256_castps_si256(s), _mm256_set1_epi32(static_cast<int>(0x80000000u))), 16);
     const __m256i zt0 = _mm256_or_si256(zero, _mm256_slli_epi32(t0, 16));
-    // Qwords (zero, T0, T1, 0): groups 0 1 | 4 5 and 2 3 | 6 7.
+    // Qwords (zero, T0, T1, 0) of the scales' dwords 0 1 | 4 5 (qa) and 2 3 | 6 7 (qb).
     const __m256i qa = _mm256_unpacklo_epi32(zt0, t1), qb = _mm256_unpackhi_epi32(zt0, t1);
-    const __m256i w[8] = {
-        e2m1_words(_mm256_permute4x64_epi64(qa, 0x00)), e2m1_words(_mm256_permute4x64_epi64(qa, 0x55)),
-        e2m1_words(_mm256_permute4x64_epi64(qb, 0x00)), e2m1_words(_mm256_permute4x64_epi64(qb, 0x55)),
-        e2m1_words(_mm256_permute4x64_epi64(qa, 0xAA)), e2m1_words(_mm256_permute4x64_epi64(qa, 0xFF)),
-        e2m1_words(_mm256_permute4x64_epi64(qb, 0xAA)), e2m1_words(_mm256_permute4x64_epi64(qb, 0xFF))};
-    if (gs == 16) {
-      for (unsigned k = 0; k < 8; k += 2, j += 32)
-        chunk_pair_table16<NT>(packed + j / 2, e2m1_pair_table(w[k], w[k + 1]), out + j);
-    } else {
-      for (unsigned k = 0; k < 8; ++k, j += 32) chunk_table16<NT>(packed + j / 2, table16_of_words(w[k]), out + j);
+    if (gs == 16) {  // qa: groups 0 2 | 1 3, qb: 4 6 | 5 7
+      chunk_pair_table16<NT, O>(packed + j / 2, e2m1_pair_table<0>(qa), at(j));
+      chunk_pair_table16<NT, O>(packed + j / 2 + 16, e2m1_pair_table<1>(qa), at(j + 32));
+      chunk_pair_table16<NT, O>(packed + j / 2 + 32, e2m1_pair_table<0>(qb), at(j + 64));
+      chunk_pair_table16<NT, O>(packed + j / 2 + 48, e2m1_pair_table<1>(qb), at(j + 96));
+      j += 128;
+    } else {  // one group in both lanes: qa 0 1 | 4 5, qb 2 3 | 6 7
+      const __m256i q[8] = {_mm256_permute4x64_epi64(qa, 0x00), _mm256_permute4x64_epi64(qa, 0x55),
+                            _mm256_permute4x64_epi64(qb, 0x00), _mm256_permute4x64_epi64(qb, 0x55),
+                            _mm256_permute4x64_epi64(qa, 0xAA), _mm256_permute4x64_epi64(qa, 0xFF),
+                            _mm256_permute4x64_epi64(qb, 0xAA), _mm256_permute4x64_epi64(qb, 0xFF)};
+      for (unsigned k = 0; k < 8; ++k, j += 32) chunk_table16<NT, O>(packed + j / 2, e2m1_pair_table<0>(q[k]), at(j));
     }
   }
   return j;
@@ -936,9 +964,9 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
         constexpr Kind N = decltype(n)::value, O = decltype(o)::value;
         constexpr bool Z = decltype(z)::value, NT = decltype(nt)::value;
         size_t j = 0, g = 0;  // columns and groups done by the E2M1 tables
-        if constexpr (O == kBF16 && N != kF16 && !Z) {
+        if constexpr (((O == kBF16 && N != kF16) || (O == kF32 && N == kBF16)) && !Z) {
           if ((gs == 16 || gs == 32) && is_e2m1_lut(lut)) {
-            j = e2m1_groups<NT>(packed, cols, scale, gs, static_cast<uint16_t*>(out));
+            j = e2m1_groups<O, NT>(packed, cols, scale, gs, out);
             g = j / gs;
           }
         }
