@@ -868,18 +868,33 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
 // values, so the same bits) looked up by the codes unpack16 leaves, 32 columns a step. 16-bit
 // outputs: T = 1 or 2 pshufb tables of 16 entries (b <= 4, b = 5), bit 4 of u choosing between
 // them with blendv; f32 outputs: b <= 4, the two 8-float tables. Entries past 2^b are never
-// looked up (u is masked to b bits). Six bits (four tables, three blends per half) measured
-// slower than the two-pass path, so b >= 6 stays there.
+// looked up (u is masked to b bits). 2-bit codes with 16-bit outputs take their indices straight
+// from their bytes (packed_idx2: a third of the operations of unpack16's multiply). Six bits (four tables, three blends
+// per half) measured slower than the two-pass path, so b >= 6 stays there.
 
 // 32 columns of 16-bit output from the codes at p (reach 3 * bits + 16 bytes). packus of the two
 // unpack16 halves leaves per lane codes 0-7 and 16-23 (lane 0), 8-15 and 24-31 (lane 1): the
 // byte lookups interleaved by unpacklo/hi_epi8 are then columns 0-15 and 16-31. pshufb reads index
 // bits 3:0 (and 7, clear: u < 32); a 16-bit shift by 3 puts bit 4 of each byte in its bit 7, which
 // is all blendv reads (the bits shifted in from the byte below land under bit 7).
+[[gnu::always_inline]] inline __m256i packed_idx(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
+  return _mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl));
+}
+// 2-bit codes: the same positions from the step's 8 bytes alone (reach 8), without the multiply. Code
+// u at bits 2k of its byte is looked up as the byte masked in place, u for k = 0 and 4u for k = 1,
+// from the byte itself, k = 2 and 3 the same from the byte shifted down by 4 (packed_lut: the
+// tables' entry 4u repeats entry u).
+[[gnu::always_inline]] inline __m256i packed_idx2(const uint8_t* p) {
+  long long q;
+  __builtin_memcpy(&q, p, 8);
+  const __m256i b = _mm256_set1_epi64x(q);
+  const __m256i src = _mm256_blend_epi32(b, _mm256_srli_epi16(b, 4), 0xCC);  // per lane: bytes, bytes >> 4
+  const __m256i pick = _mm256_setr_epi8(0, 0, 8, 8, 1, 1, 9, 9, 4, 4, 12, 12, 5, 5, 13, 13,       // codes 0-7, 16-23
+                                        2, 2, 10, 10, 3, 3, 11, 11, 6, 6, 14, 14, 7, 7, 15, 15);  // 8-15, 24-31
+  return _mm256_and_si256(_mm256_shuffle_epi8(src, pick), _mm256_set1_epi16(0x0C03));
+}
 template <unsigned T, bool NT>
-[[gnu::always_inline]] inline void packed_table16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl,
-                                                  const Table16* tab, uint16_t* o) {
-  const __m256i idx = _mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl));
+[[gnu::always_inline]] inline void packed_table16(__m256i idx, const Table16* tab, uint16_t* o) {
   __m256i l = _mm256_shuffle_epi8(tab[0].lo, idx), h = _mm256_shuffle_epi8(tab[0].hi, idx);
   if constexpr (T == 2) {
     const __m256i b4 = _mm256_slli_epi16(idx, 3);
@@ -912,9 +927,11 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
   static_assert(T == 1 || (O != kF32 && T == 2));
   if (gs == 0 || gs % 32 != 0) return 0;
   const UnpackCtl ctl = unpack_ctl(bits);
+  const bool two = O != kF32 && bits == 2;  // packed_idx2's indices
   alignas(32) float lut[16 * T];
-  for (int e = 0; e < static_cast<int>(16 * T); ++e) lut[e] = static_cast<float>(e - (1 << (bits - 1)));
-  const uint64_t nbytes = (cols * bits + 7) / 8, reach = 3ull * bits + 16;
+  for (int e = 0; e < static_cast<int>(16 * T); ++e)
+    lut[e] = static_cast<float>((two ? (e & 3) | e >> 2 : e) - (1 << (bits - 1)));
+  const uint64_t nbytes = (cols * bits + 7) / 8, reach = two ? 8 : 3ull * bits + 16;
   const auto fits = [&](size_t j) { return j / 8 * bits + reach <= nbytes; };  // the step at column j
   for (size_t g = 0, g0 = 0; g0 < cols; ++g, g0 += gs) {
     const size_t g1 = cols - g0 > gs ? g0 + gs : cols;
@@ -932,8 +949,12 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
       for (unsigned k = 0; k < T; ++k)
         tab[k] = table16<N, O>(
             group_values<ZP>(_mm256_load_ps(lut + 16 * k), _mm256_load_ps(lut + 16 * k + 8), scale, zp, g));
-      for (; j < last && fits(j); j += 32)
-        packed_table16<T, NT>(words + j / 8 * bits, bits, ctl, tab, static_cast<uint16_t*>(out) + j);
+      if (two)
+        for (; j < last && fits(j); j += 32)
+          packed_table16<T, NT>(packed_idx2(words + j / 4), tab, static_cast<uint16_t*>(out) + j);
+      else
+        for (; j < last && fits(j); j += 32)
+          packed_table16<T, NT>(packed_idx(words + j / 8 * bits, bits, ctl), tab, static_cast<uint16_t*>(out) + j);
     }
     if (j < g1) return j;  // the row's last group: its rest
   }
