@@ -15,6 +15,8 @@
 //   float_quantized       FP8 E4M3, tensor/channel/group/block, + dynamic fp8 activations unless
 //                         weight-only (FP8_DYNAMIC / FP8_BLOCK presets, 0.20)
 //   nvfp4_pack_quantized  FP4 E2M1, group 16, fp8 scales + fp32 global scale (NVFP4A16, 0.20)
+//   mxfp4_pack_quantized  FP4 E2M1, group 32, E8M0 (uint8) power-of-two scales (MXFP4A16, 0.20)
+//   mxfp8_quantized       FP8 E4M3, group 32, E8M0 (uint8) power-of-two scales (MXFP8A16, 0.20)
 //   sparse_bitmask        non-zeros + bitmask, dtype kept (0.12; the 0.20 line has no sparsity)
 //   sparse_24_bitmask     2:4 structured sparsity, dtype kept (0.12)
 //   dense                 plain copy, float tensors converted to `dtype` (e.g. fp32 -> bf16)
@@ -79,13 +81,13 @@ struct CompressOptions {
   Format format = Format::pack_quantized;
 
   // ---- weight quantization (quantized formats) ----
-  /// Bits per weight: 0 = the format's default (pack 4, int 8, float 8, nvfp4 4).
+  /// Bits per weight: 0 = the format's default (pack 4, int 8, float 8, nvfp4 4, mxfp4 4, mxfp8 8).
   unsigned num_bits = 0;
   /// nullopt = the format's default: pack-quantized group, int/float-quantized channel,
-  /// nvfp4 tensor_group.
+  /// nvfp4 tensor_group, mxfp4 / mxfp8 group.
   std::optional<QuantStrategy> strategy;
   bool symmetric = true;                        ///< false: asymmetric (INT formats only)
-  uint64_t group_size = 128;                    ///< group strategy (nvfp4 always 16)
+  uint64_t group_size = 128;                    ///< group strategy (nvfp4 always 16, mxfp4 / mxfp8 32)
   uint64_t block_rows = 128, block_cols = 128;  ///< block strategy
   /// int/float-quantized: also declare dynamic per-token (block: per-group-128) input activation
   /// quantization, as the INT8_W8A8 / FP8_DYNAMIC / FP8_BLOCK presets do. false = weight-only

@@ -17,11 +17,11 @@ std::string torch_name(DType d) { return d == DType::BF16 ? "bfloat16" : d == DT
 
 bool quantized(Format f) {
   return f == Format::pack_quantized || f == Format::int_quantized || f == Format::float_quantized ||
-         f == Format::nvfp4_pack_quantized;
+         f == Format::nvfp4_pack_quantized || f == Format::mxfp4_pack_quantized || f == Format::mxfp8_quantized;
 }
 
 // QuantizationArgs as the library serialises them (quant_args.py, model_dump).
-json weight_args(const QuantArgs& a, bool fp8_scale) {
+json weight_args(const QuantArgs& a, const std::string& scale_dtype) {
   json w = {{"dynamic", false},
             {"num_bits", a.num_bits},
             {"strategy", std::string(strategy_name(a.strategy))},
@@ -31,7 +31,7 @@ json weight_args(const QuantArgs& a, bool fp8_scale) {
                         ? json(a.group_size)
                         : json(nullptr);
   if (a.strategy == QuantStrategy::block) w["block_structure"] = {a.block_rows, a.block_cols};
-  if (fp8_scale) w["scale_dtype"] = "torch.float8_e4m3fn";
+  if (!scale_dtype.empty()) w["scale_dtype"] = scale_dtype;
   return w;
 }
 
@@ -68,7 +68,7 @@ std::string compression_config(const std::string& input_config, const std::strin
                                       {"input_activations", ia},
                                       {"output_activations", nullptr},
                                       {"targets", targets},
-                                      {"weights", weight_args(s.weights, s.fp8_scale)}}}}},
+                                      {"weights", weight_args(s.weights, s.scale_dtype)}}}}},
                                   {"format", f},
                                   {"global_compression_ratio", nullptr},
                                   {"ignore", s.ignore},

@@ -14,7 +14,7 @@ namespace ctstream::format {
 struct CompressionSection {
   Format format = Format::dense;
   QuantArgs weights;                 ///< quantized formats
-  bool fp8_scale = false;            ///< nvfp4: scale_dtype torch.float8_e4m3fn
+  std::string scale_dtype;           ///< weights' scale_dtype: torch.float8_e4m3fn (nvfp4), torch.uint8 (MX), or none
   bool input_activations = false;    ///< int/float-quantized: dynamic activation quantization
   std::vector<std::string> targets;  ///< as given (empty: ["Linear"])
   std::vector<std::string> ignore;   ///< config ignore list

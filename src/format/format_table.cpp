@@ -401,6 +401,14 @@ std::vector<PlannedPart> plan_parts(const Geometry& g, DType values, uint64_t nn
       out.push_back({Role::weight_scale, DType::F8_E4M3, scale_shape()});
       out.push_back({Role::weight_global_scale, DType::F32, {1}});
       break;
+    case Format::mxfp4_pack_quantized:  // E8M0 scales as uint8 (mx_utils.py compress_mx_scale)
+      out.push_back({Role::weight_packed, DType::U8, *exact_shape(ShapeRule::packed_rows, DType::U8, g)});
+      out.push_back({Role::weight_scale, DType::U8, scale_shape()});
+      break;
+    case Format::mxfp8_quantized:
+      out.push_back({Role::weight, DType::F8_E4M3, g.shape});
+      out.push_back({Role::weight_scale, DType::U8, scale_shape()});
+      break;
     case Format::sparse_bitmask:
       out.push_back({Role::shape, DType::I64, {2}});
       out.push_back({Role::compressed, values, {nnz}});

@@ -32,8 +32,9 @@ Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<fl
   const TensorInfo& t = *it.t;
   const uint64_t R = t.shape[0], C = t.shape[1], n = R * C;
   const QuantArgs& a = r.args;
+  const ScaleForm form = scale_form(r.format);
   const auto qp =
-      compute_qparams(v.data(), R, C, it.work, a,
+      compute_qparams(v.data(), R, C, it.work, a, form,
                       a.strategy == QuantStrategy::tensor_group ? std::optional<float>(it.global_scale) : std::nullopt);
   // The library computes scales in the weight's dtype: a range wider than that dtype holds
   // (e.g. F16 values from -50000 to 30000, asymmetric) gives an infinite scale and a tensor
@@ -50,8 +51,11 @@ Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<fl
   Encoded e;
   const uint64_t ns = qp.scale.size();
   std::vector<std::byte> scale(ns * 4);
-  if (r.format == Format::nvfp4_pack_quantized) {
+  if (form == ScaleForm::e4m3_global) {
     for (uint64_t i = 0; i < ns; ++i) scale[i] = static_cast<std::byte>(codecs::f32_to_e4m3(qp.scale[i]));
+    scale.resize(ns);
+  } else if (form == ScaleForm::e8m0) {
+    for (uint64_t i = 0; i < ns; ++i) scale[i] = static_cast<std::byte>(e8m0_byte(qp.scale[i]));
     scale.resize(ns);
   } else {
     codecs::store_floats(qp.scale.data(), ns, it.work, scale.data());
@@ -74,19 +78,22 @@ Encoded encode_quantized(const Item& it, const Resolved& r, const std::vector<fl
       break;
     case Format::int_quantized:
     case Format::float_quantized:
+    case Format::mxfp8_quantized:
       e.parts[Role::weight] = bytes_of(codes);
       if (!a.symmetric) e.parts[Role::weight_zero_point] = bytes_of(zp);
       break;
-    case Format::nvfp4_pack_quantized: {
+    case Format::nvfp4_pack_quantized:
+    case Format::mxfp4_pack_quantized: {
       std::vector<uint8_t> packed(n / 2);
       codecs::pack_fp4(codes.data(), n, packed.data());
       e.parts[Role::weight_packed] = bytes_of(packed);
-      e.parts[Role::weight_global_scale] = bytes_of(std::vector<float>{qp.global_scale});
+      if (form == ScaleForm::e4m3_global)
+        e.parts[Role::weight_global_scale] = bytes_of(std::vector<float>{qp.global_scale});
       break;
     }
     default: throw Error(ErrorKind::internal, file, t.name, "encode_quantized: not a quantized format");
   }
-  e.decoded_dtype = dequantized_dtype(a, it.work);
+  e.decoded_dtype = dequantized_dtype(form, it.work);
   // Decoded as the library decodes it: finite weights near the dtype's largest value can come
   // back as +-inf ((q - zp) * scale overflows, e.g. 2-bit codes of values near 3e38). Refuse
   // rather than write a tensor that decodes to something other than its input's magnitude.

@@ -17,8 +17,9 @@ namespace {
 
 std::span<const Format> writer_formats() noexcept {
   static constexpr Format kFormats[] = {
-      Format::dense,         Format::sparse_bitmask,  Format::sparse_24_bitmask,    Format::pack_quantized,
-      Format::int_quantized, Format::float_quantized, Format::nvfp4_pack_quantized, Format::low_rank};
+      Format::dense,           Format::sparse_bitmask,  Format::sparse_24_bitmask,    Format::pack_quantized,
+      Format::int_quantized,   Format::float_quantized, Format::nvfp4_pack_quantized, Format::mxfp4_pack_quantized,
+      Format::mxfp8_quantized, Format::low_rank};
   return kFormats;
 }
 

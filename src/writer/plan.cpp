@@ -1,4 +1,5 @@
 #include "writer/plan.hpp"
+#include "writer/quantize.hpp"
 #include "writer/svd.hpp"
 
 #include <cstring>
@@ -45,7 +46,7 @@ bool linear_like(const std::string& module, const TensorInfo& t) {
 
 bool is_quantized_format(Format f) {
   return f == Format::pack_quantized || f == Format::int_quantized || f == Format::float_quantized ||
-         f == Format::nvfp4_pack_quantized;
+         f == Format::nvfp4_pack_quantized || f == Format::mxfp4_pack_quantized || f == Format::mxfp8_quantized;
 }
 
 bool is_sparse_format(Format f) { return f == Format::sparse_bitmask || f == Format::sparse_24_bitmask; }
@@ -91,6 +92,16 @@ Resolved resolve(const CompressOptions& o) {
       if (r.args.strategy != QuantStrategy::tensor_group)
         bad("nvfp4-pack-quantized: strategy is tensor_group (group 16)");
       break;
+    case Format::mxfp4_pack_quantized:
+    case Format::mxfp8_quantized: {  // the MXFP4A16 / MXFP8A16 presets (ct20 quant_scheme.py)
+      const unsigned bits = o.format == Format::mxfp8_quantized ? 8 : 4;
+      r.args.type = QuantType::float_;
+      r.args.num_bits = o.num_bits ? o.num_bits : bits;
+      r.args.strategy = o.strategy.value_or(QuantStrategy::group);
+      if (r.args.num_bits != bits) bad(fname + ": weights are " + std::to_string(bits) + "-bit");
+      if (r.args.strategy != QuantStrategy::group) bad(fname + ": strategy is group (32, E8M0 scales)");
+      break;
+    }
     default:
       fail(ErrorKind::unsupported, "", "",
            "the writer cannot produce format '" + fname + "' (supported: " + writer_format_names() + ")");
@@ -106,7 +117,8 @@ Resolved resolve(const CompressOptions& o) {
     case QuantStrategy::channel: break;
     case QuantStrategy::group:
       if (o.group_size == 0) bad("group size must be positive");
-      a.group_size = o.group_size;
+      // MX scales are per 32 values: the library takes E8M0 scales only with group_size 32.
+      a.group_size = scale_form(o.format) == ScaleForm::e8m0 ? 32 : o.group_size;
       break;
     case QuantStrategy::tensor_group:
       if (o.format != Format::nvfp4_pack_quantized) bad("tensor_group strategy is nvfp4 only");

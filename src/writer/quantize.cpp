@@ -54,7 +54,40 @@ uint64_t numel(const Shape& s) noexcept {
 
 float round_to(DType d, float x) noexcept { return f32_from_bits(codecs::round_to(f32_bits(x), d)); }
 
-bool has_fp8_scale(const QuantArgs& a) noexcept { return a.type == QuantType::float_ && a.num_bits == 4; }
+ScaleForm scale_form(Format f) noexcept {
+  if (f == Format::nvfp4_pack_quantized) return ScaleForm::e4m3_global;
+  if (f == Format::mxfp4_pack_quantized || f == Format::mxfp8_quantized) return ScaleForm::e8m0;
+  return ScaleForm::dtype;
+}
+
+uint8_t e8m0_byte(float scale) noexcept { return static_cast<uint8_t>(127 + std::ilogb(scale)); }
+
+namespace {
+// ct20 quantization/utils/mxfp_utils.py `generate_mx_scales` of a group's largest magnitude m
+// (exact in d), then calculate_qparams steps 3-5 (quantization/utils/helpers.py): the uint8
+// round trip (`round_to_quantized_type_dtype`: clamp to [0, 255], round), `maybe_convert_from_mx_exp`
+// (2.0 ** (e - 127) in fp32, then .to(d)) and a zero scale replaced by uint8's eps, 1.
+float mx_scale(float m, DType d, unsigned num_bits) noexcept {
+  // round_to_power_2(m, FP4_E2M1 mantissa 1) on d's bits: + 1 << (mantissa - 2), then only the
+  // sign and exponent kept (a power of two, 0 or inf). Both FP4 and FP8 use E2M1's mantissa there.
+  const unsigned mant = d == DType::BF16 ? 7 : d == DType::F16 ? 10 : 23;
+  uint32_t bits = d == DType::F32 ? f32_bits(m) : d == DType::F16 ? codecs::f32_to_f16(f32_bits(m)) : f32_bits(m) >> 16;
+  bits = (bits + (1u << (mant - 2))) & ~((1u << mant) - 1);
+  const float p = d == DType::F32   ? f32_from_bits(bits)
+                  : d == DType::F16 ? f32_from_bits(codecs::f16_to_f32(static_cast<uint16_t>(bits)))
+                                    : f32_from_bits(bits << 16);
+  // 127 + floor(log2(p)) - offset, offset = floor(log2(type max)): 8 (E4M3 448), 2 (E2M1 6).
+  // Exact in d (integers of magnitude < 256); p = 0 gives -inf, p = inf gives inf.
+  const int offset = num_bits == 8 ? 8 : 2;
+  float e;
+  if (p == 0.f) e = -INFINITY;
+  else if (std::isinf(p)) e = INFINITY;
+  else e = static_cast<float>(127 + std::ilogb(p) - offset);
+  e = std::nearbyint(clampf(e, 0.f, 255.f));
+  const float scale = round_to(d, std::ldexp(1.f, static_cast<int>(e) - 127));  // 2^128 -> inf
+  return scale == 0.f ? 1.f : scale;
+}
+}  // namespace
 
 Shape scale_shape(const QuantArgs& a, uint64_t rows, uint64_t cols) {
   switch (a.strategy) {
@@ -111,9 +144,10 @@ float nvfp4_global_scale(float tensor_min, float tensor_max, DType d) noexcept {
   return std::isfinite(g) ? g : 1.f;  // torch.nan_to_num(nan=1, posinf=1, neginf=1)
 }
 
-QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, const QuantArgs& a,
+QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, const QuantArgs& a, ScaleForm form,
                         std::optional<float> global_scale) {
   QParams p;
+  p.form = form;
   p.shape = scale_shape(a, rows, cols);
   const uint64_t n = numel(p.shape);
   // Observer: amin / amax per scale element. Starting from 0 is the same as the zero inclusion
@@ -146,13 +180,15 @@ QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, c
   const float qmin = qrange.first, qmax = qrange.second;
   const float range = qmax - qmin;  // bit_range.to(D): exact for every supported width
   const float half_range = range / 2.f;
-  const bool fp8_scale = has_fp8_scale(a);
+  const bool fp8_scale = form == ScaleForm::e4m3_global;
   p.scale.resize(n);
   if (!a.symmetric) p.zero_point.resize(n);
   if (a.strategy == QuantStrategy::tensor_group) p.global_scale = global_scale.value_or(1.f);
   for (uint64_t i = 0; i < n; ++i) {
     float scale, zp = 0.f;
-    if (a.symmetric) {
+    if (form == ScaleForm::e8m0) {  // symmetric by construction
+      scale = mx_scale(std::max(std::fabs(lo[i]), std::fabs(hi[i])), d, a.num_bits);
+    } else if (a.symmetric) {
       const float mvp = std::max(std::fabs(lo[i]), std::fabs(hi[i]));
       scale = round_to(d, mvp / half_range);
     } else {
@@ -163,7 +199,7 @@ QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, c
     }
     if (a.strategy == QuantStrategy::tensor_group) scale = p.global_scale * scale;  // fp32 [1] * D
     if (fp8_scale) scale = codecs::e4m3_to_f32(f32_to_e4m3(clampf(scale, -448.f, 448.f)));
-    if (scale == 0.f) scale = fp8_scale ? 0.125f : dtype_eps(d);
+    if (scale == 0.f) scale = fp8_scale ? 0.125f : dtype_eps(d);  // (e8m0: never 0, see mx_scale)
     p.scale[i] = scale;
     if (!a.symmetric) p.zero_point[i] = static_cast<float>(round_to_int8(zp));
   }
@@ -177,6 +213,7 @@ void quantize(const float* w, uint64_t rows, uint64_t cols, DType d, const Quant
   const float qmin = qrange.first, qmax = qrange.second;
   const bool fp4 = a.type == QuantType::float_ && a.num_bits == 4;
   const bool fp8 = a.type == QuantType::float_ && a.num_bits == 8;
+  const bool global = p.form == ScaleForm::e4m3_global;
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin) \
     num_threads(static_cast <int>(core::team_size()))
   for (int64_t rr = 0; rr < static_cast<int64_t>(rows); ++rr) {
@@ -184,6 +221,12 @@ void quantize(const float* w, uint64_t rows, uint64_t cols, DType d, const Quant
     for (uint64_t c = 0; c < cols; ++c) {
       const uint64_t i = scale_index(a, cols, r, c);
       const float x = w[r * cols + c];
+      if (fp4 && !global) {
+        // MXFP4PackedCompressor (an NVFP4PackedCompressor without a global scale): quantize(x,
+        // scale) divides in D, no zero point.
+        out[r * cols + c] = codecs::f32_to_e2m1(clampf(round_to(d, x / p.scale[i]), qmin, qmax));
+        continue;
+      }
       if (fp4) {
         // NVFP4PackedCompressor: quantize(x, scale_D, global_scale): scale / global_scale and
         // x / scale promote to fp32; no zero point for symmetric schemes.
@@ -203,9 +246,7 @@ void quantize(const float* w, uint64_t rows, uint64_t cols, DType d, const Quant
   }
 }
 
-DType dequantized_dtype(const QuantArgs& a, DType d) noexcept {
-  return a.type == QuantType::float_ && a.num_bits == 4 ? DType::BF16 : d;
-}
+DType dequantized_dtype(ScaleForm form, DType d) noexcept { return form == ScaleForm::dtype ? d : DType::BF16; }
 
 void dequantize(const uint8_t* codes, uint64_t rows, uint64_t cols, DType d, const QuantArgs& a, const QParams& p,
                 float* out) {
@@ -223,9 +264,13 @@ void dequantize(const uint8_t* codes, uint64_t rows, uint64_t cols, DType d, con
       const uint8_t q = codes[r * cols + c];
       // The decoders' arithmetic (codecs/element.hpp): the value times its scale, rounded to S;
       // INT codes subtract the zero point first, rounded to S as the library's torch op does.
-      if (fp4)  // bf16(fp32(x) * (fp32(scale_bf16) / global_scale))
+      if (fp4 && p.form == ScaleForm::e4m3_global)  // bf16(fp32(x) * (fp32(scale_bf16) / global_scale))
         out[r * cols + c] = element(codecs::e2m1_to_f32(q), p.scale[i] / p.global_scale, false, 0.f, DType::BF16);
-      else if (fp8) out[r * cols + c] = element(codecs::e4m3_to_f32(q), p.scale[i], false, 0.f, d);
+      else if (fp4)  // MX: bf16(x * 2^k), the scale decompress_mx_scale gives in bf16 (exact: a power of two)
+        out[r * cols + c] = element(codecs::e2m1_to_f32(q), p.scale[i], false, 0.f, DType::BF16);
+      else if (fp8)
+        out[r * cols + c] =
+            element(codecs::e4m3_to_f32(q), p.scale[i], false, 0.f, p.form == ScaleForm::e8m0 ? DType::BF16 : d);
       else
         out[r * cols + c] = element(static_cast<float>(static_cast<int8_t>(q)), p.scale[i], true,
                                     a.symmetric ? 0.f : p.zero_point[i], d);

@@ -32,10 +32,14 @@ namespace ctstream::writer {
 float round_to(DType d, float x) noexcept;
 
 /// The weights' quantization arguments are the public QuantArgs (the scheme a checkpoint's
-/// config declares): type, bits, strategy, symmetry, group / block size. The writer reads no others.
-/// FLOAT 4-bit weights are nvfp4 (the only FP4 format the writer produces): float8 e4m3 scales
-/// (`scale_dtype = torch.float8_e4m3fn`) and a global scale.
-bool has_fp8_scale(const QuantArgs& a) noexcept;
+/// config declares): type, bits, strategy, symmetry, group / block size. Besides them the format
+/// decides how scales are stored:
+enum class ScaleForm {
+  dtype,        ///< in the weight's dtype
+  e4m3_global,  ///< nvfp4: float8 e4m3 values under an fp32 global scale (`scale_dtype = torch.float8_e4m3fn`)
+  e8m0,         ///< mxfp4 / mxfp8: E8M0 exponents, uint8 127 + log2(scale) (`scale_dtype = torch.uint8`)
+};
+ScaleForm scale_form(Format f) noexcept;
 
 /// Shape of weight_scale (and of an unpacked zero point) for a [rows, cols] weight:
 /// tensor [1], channel [rows, 1], group [rows, cols/gs], block [ceil(rows/bh), ceil(cols/bw)].
@@ -50,6 +54,7 @@ struct QParams {
   std::vector<float> scale;       ///< values exact in D (nvfp4: exact float8 e4m3 values)
   std::vector<float> zero_point;  ///< asymmetric only: integers in the quantized range
   float global_scale = 0.f;       ///< tensor_group (nvfp4) only, fp32
+  ScaleForm form = ScaleForm::dtype;
 };
 
 /// {min, max} of n values (plain comparisons; the caller rejects NaN beforehand).
@@ -62,8 +67,12 @@ float nvfp4_global_scale(float tensor_min, float tensor_max, DType d) noexcept;
 
 /// Min-max observer + `calculate_qparams` for a row-major [rows, cols] weight of dtype d.
 /// `global_scale` is required for tensor_group. Throws nothing; the caller validates shapes.
-QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, const QuantArgs& a,
+/// e8m0: ct20 mxfp_utils.py `generate_mx_scales` (a power of two from the group's largest
+/// magnitude) in d, then the uint8 round trip and the zero-scale replacement of calculate_qparams.
+QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, const QuantArgs& a, ScaleForm form,
                         std::optional<float> global_scale = std::nullopt);
+/// The E8M0 byte of an e8m0 QParams scale (a power of two): 127 + log2(scale).
+uint8_t e8m0_byte(float scale) noexcept;
 
 /// `_quantize` of every element, one code per element in `out`:
 ///   INT      int8 value in [q_min, q_max] (two's complement byte)
@@ -72,10 +81,11 @@ QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, c
 void quantize(const float* w, uint64_t rows, uint64_t cols, DType d, const QuantArgs& a, const QParams& p,
               uint8_t* out);
 
-/// dtype the library's decompression returns: D, except nvfp4 -> BF16.
-DType dequantized_dtype(const QuantArgs& a, DType d) noexcept;
+/// dtype the library's decompression returns: D, except nvfp4 and the MX formats -> BF16.
+DType dequantized_dtype(ScaleForm form, DType d) noexcept;
 /// The library's decompression of `codes` (ct20 `_dequantize`; nvfp4 as NVFP4PackedCompressor.
-/// decompress): out[i] is exact in dequantized_dtype().
+/// decompress, MX with the bf16 scales decompress_mx_scale gives): out[i] is exact in
+/// dequantized_dtype().
 void dequantize(const uint8_t* codes, uint64_t rows, uint64_t cols, DType d, const QuantArgs& a, const QParams& p,
                 float* out);
 

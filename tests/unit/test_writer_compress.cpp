@@ -501,7 +501,15 @@ TEST_CASE("compress failures name the tensor and leave nothing behind", "[writer
   f.symmetric = false;
   CHECK_THROWS_AS(compress_checkpoint(tmp.path / "in", tmp.path / "x", f), Error);
   f = {};
+  f.format = Format::mxfp6_pack_quantized;  // a format the writer does not produce
+  CHECK_THROWS_AS(compress_checkpoint(tmp.path / "in", tmp.path / "x", f), Error);
+  f = {};
+  f.format = Format::mxfp8_quantized;
+  f.num_bits = 4;  // MX formats fix their element type
+  CHECK_THROWS_AS(compress_checkpoint(tmp.path / "in", tmp.path / "x", f), Error);
+  f = {};
   f.format = Format::mxfp4_pack_quantized;
+  f.strategy = QuantStrategy::channel;  // and their 32-value groups
   CHECK_THROWS_AS(compress_checkpoint(tmp.path / "in", tmp.path / "x", f), Error);
   nothing_left(tmp.path / "x");
 }

@@ -240,7 +240,8 @@ def save_model(model: Any, out_dir: PathLike, format: str = "pack-quantized", bi
 
     format: "pack-quantized" (int4 group 128 by default), "int-quantized" (int8 channel + dynamic
       int8 activations), "float-quantized" (fp8 channel + dynamic fp8 activations),
-      "nvfp4-pack-quantized", "sparse-bitmask", "sparse-24-bitmask", or "dense" (with ``dtype``).
+      "nvfp4-pack-quantized", "mxfp4-pack-quantized" / "mxfp8-quantized" (E8M0 scales per 32 values),
+      "sparse-bitmask", "sparse-24-bitmask", or "dense" (with ``dtype``).
     bits, group_size (implies the group strategy), strategy ("tensor", "channel", "group",
       "block", "tensor_group"), block=(rows, cols), symmetric: the weight quantization.
     targets: modules to compress - names, ``re:`` patterns (Python ``re.match``) or class names
