@@ -829,11 +829,13 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
 // 16-bit variable shift: a multiply by 2^(8-s) moves them to bits [8, 8 + b) (what passes bit 16
 // drops), a shift by 8 and a mask leave u, and a byte subtraction u - 2^(b-1).
 
+// narrow_a / narrow_b (b <= 3, packed_idx_narrow): the windows of codes 0-7 | 8-15 and 16-23 | 24-31
+// within the step's first 16 bytes, in both lanes.
 struct UnpackCtl {
-  __m256i shuf, mul;
+  __m256i shuf, mul, narrow_a, narrow_b;
 };
 inline UnpackCtl unpack_ctl(unsigned bits) {
-  alignas(32) uint8_t shuf[32];
+  alignas(32) uint8_t shuf[32], na[32], nb[32];
   alignas(32) uint16_t mul[16];
   for (unsigned c = 0; c < 8; ++c) {
     const unsigned bit = c * bits, byte = bit / 8;
@@ -841,10 +843,17 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
       shuf[16 * lane + 2 * c] = static_cast<uint8_t>(byte);
       shuf[16 * lane + 2 * c + 1] = static_cast<uint8_t>(byte + 1);  // <= 7 + 1: inside the lane's 16 bytes
       mul[8 * lane + c] = static_cast<uint16_t>(1u << (8 - bit % 8));
+      // b <= 3: code 31's window ends at byte 31 * 3 / 8 + 1 = 12 (unused, and possibly past 15, for wider codes)
+      for (unsigned half = 0; half < 2; ++half) {
+        uint8_t* t = half ? nb : na;
+        const unsigned first = (16 * half + 8 * lane + c) * bits / 8;
+        t[16 * lane + 2 * c] = static_cast<uint8_t>(first);
+        t[16 * lane + 2 * c + 1] = static_cast<uint8_t>(first + 1);
+      }
     }
   }
-  return {_mm256_load_si256(reinterpret_cast<const __m256i*>(shuf)),
-          _mm256_load_si256(reinterpret_cast<const __m256i*>(mul))};
+  const auto ld = [](const void* p) { return _mm256_load_si256(static_cast<const __m256i*>(p)); };
+  return {ld(shuf), ld(mul), ld(na), ld(nb)};
 }
 // u of codes 16q .. 16q + 15 as 16-bit lanes, from p = the bytes of code 16q (lane 1: p + bits).
 [[gnu::always_inline]] inline __m256i unpack16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
@@ -869,7 +878,8 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
 // outputs: T = 1 or 2 pshufb tables of 16 entries (b <= 4, b = 5), bit 4 of u choosing between
 // them with blendv; f32 outputs: b <= 4, the two 8-float tables. Entries past 2^b are never
 // looked up (u is masked to b bits). 2-bit codes with 16-bit outputs take their indices straight
-// from their bytes (packed_idx2: a third of the operations of unpack16's multiply). Six bits (four tables, three blends
+// from their bytes (packed_idx2: a third of the operations of unpack16's multiply); 1- and 3-bit
+// codes unpack16's windows from one load (packed_idx_narrow). Six bits (four tables, three blends
 // per half) measured slower than the two-pass path, so b >= 6 stays there.
 
 // 32 columns of 16-bit output from the codes at p (reach 3 * bits + 16 bytes). packus of the two
@@ -879,6 +889,14 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
 // is all blendv reads (the bits shifted in from the byte below land under bit 7).
 [[gnu::always_inline]] inline __m256i packed_idx(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
   return _mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl));
+}
+// Codes of b <= 3 bits: the same, from one 16-byte load of the step's 4b <= 12 bytes (reach 16) in
+// both lanes, whose windows two vpshufb take for codes 0-15 and 16-31; one mask after the pack.
+[[gnu::always_inline]] inline __m256i packed_idx_narrow(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
+  const __m256i in = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i a = _mm256_srli_epi16(_mm256_mullo_epi16(_mm256_shuffle_epi8(in, ctl.narrow_a), ctl.mul), 8);
+  const __m256i b = _mm256_srli_epi16(_mm256_mullo_epi16(_mm256_shuffle_epi8(in, ctl.narrow_b), ctl.mul), 8);
+  return _mm256_and_si256(_mm256_packus_epi16(a, b), _mm256_set1_epi8(static_cast<char>((1u << bits) - 1)));
 }
 // 2-bit codes: the same positions from the step's 8 bytes alone (reach 8), without the multiply. Code
 // u at bits 2k of its byte is looked up as the byte masked in place, u for k = 0 and 4u for k = 1,
@@ -904,12 +922,10 @@ template <unsigned T, bool NT>
   put256<NT>(o, _mm256_unpacklo_epi8(l, h));
   put256<NT>(o + 16, _mm256_unpackhi_epi8(l, h));
 }
-// 32 columns of f32 output: the codes in order (unpack32), 8 at a time through the two 8-float
+// 32 columns of f32 output: the codes u in order (unpack32), 8 at a time through the two 8-float
 // tables.
 template <bool NT>
-[[gnu::always_inline]] inline void packed_table32(const uint8_t* p, unsigned bits, const UnpackCtl& ctl, __m256 tab_lo,
-                                                  __m256 tab_hi, float* o) {
-  const __m256i u = unpack32(p, bits, ctl);
+[[gnu::always_inline]] inline void packed_table32(__m256i u, __m256 tab_lo, __m256 tab_hi, float* o) {
   const __m128i u0 = _mm256_castsi256_si128(u), u1 = _mm256_extracti128_si256(u, 1);
   put256<NT>(o, lut_lookup(_mm256_cvtepu8_epi32(u0), tab_lo, tab_hi));
   put256<NT>(o + 8, lut_lookup(_mm256_cvtepu8_epi32(_mm_srli_si128(u0, 8)), tab_lo, tab_hi));
@@ -928,10 +944,11 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
   if (gs == 0 || gs % 32 != 0) return 0;
   const UnpackCtl ctl = unpack_ctl(bits);
   const bool two = O != kF32 && bits == 2;  // packed_idx2's indices
+  const bool narrow = bits <= 3 && !two;    // packed_idx_narrow's
   alignas(32) float lut[16 * T];
   for (int e = 0; e < static_cast<int>(16 * T); ++e)
     lut[e] = static_cast<float>((two ? (e & 3) | e >> 2 : e) - (1 << (bits - 1)));
-  const uint64_t nbytes = (cols * bits + 7) / 8, reach = two ? 8 : 3ull * bits + 16;
+  const uint64_t nbytes = (cols * bits + 7) / 8, reach = two ? 8 : narrow ? 16 : 3ull * bits + 16;
   const auto fits = [&](size_t j) { return j / 8 * bits + reach <= nbytes; };  // the step at column j
   for (size_t g = 0, g0 = 0; g0 < cols; ++g, g0 += gs) {
     const size_t g1 = cols - g0 > gs ? g0 + gs : cols;
@@ -942,8 +959,13 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
     if constexpr (O == kF32) {
       const Lanes t = group_values<ZP>(_mm256_load_ps(lut), _mm256_load_ps(lut + 8), scale, zp, g);
       const __m256 tab_lo = natural_image<N>(t.a), tab_hi = natural_image<N>(t.b);
-      for (; j < last && fits(j); j += 32)
-        packed_table32<NT>(words + j / 8 * bits, bits, ctl, tab_lo, tab_hi, static_cast<float*>(out) + j);
+      if (narrow)
+        for (; j < last && fits(j); j += 32)
+          packed_table32<NT>(_mm256_permute4x64_epi64(packed_idx_narrow(words + j / 8 * bits, bits, ctl), 0xD8), tab_lo,
+                             tab_hi, static_cast<float*>(out) + j);
+      else
+        for (; j < last && fits(j); j += 32)
+          packed_table32<NT>(unpack32(words + j / 8 * bits, bits, ctl), tab_lo, tab_hi, static_cast<float*>(out) + j);
     } else {
       Table16 tab[T];
       for (unsigned k = 0; k < T; ++k)
@@ -952,6 +974,10 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
       if (two)
         for (; j < last && fits(j); j += 32)
           packed_table16<T, NT>(packed_idx2(words + j / 4), tab, static_cast<uint16_t*>(out) + j);
+      else if (narrow)
+        for (; j < last && fits(j); j += 32)
+          packed_table16<T, NT>(packed_idx_narrow(words + j / 8 * bits, bits, ctl), tab,
+                                static_cast<uint16_t*>(out) + j);
       else
         for (; j < last && fits(j); j += 32)
           packed_table16<T, NT>(packed_idx(words + j / 8 * bits, bits, ctl), tab, static_cast<uint16_t*>(out) + j);
