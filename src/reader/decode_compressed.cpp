@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 
+#include "codecs/convert.hpp"
 #include "codecs/half.hpp"
 #include "codecs/kernels.hpp"
 #include "codecs/minifloat.hpp"
@@ -83,12 +84,11 @@ class Scales {
     const uint64_t sr = r / row_div_;
     auto b = ck_.bytes(*scale_, sr * G_ * ssz_, G_ * ssz_, scratch, /*windowed=*/true);
     f.resize(G_);
-    for (uint64_t g = 0; g < G_; ++g) {
-      f[g] = to_f32(scale_->dtype, b.data() + g * ssz_, e8m0_);
-      // nvfp4: the stored global scale divides (nvfp4/base.py, forward_helpers.py `_dequantize`:
-      // scale.to(bf16) / global_scale in f32; fp8 -> bf16 is exact).
-      if (has_global_) f[g] = f[g] / global_;
-    }
+    codecs::stored_row_to_f32(scale_->dtype, b.data(), G_, e8m0_, f.data());
+    // nvfp4: the stored global scale divides (nvfp4/base.py, forward_helpers.py `_dequantize`:
+    // scale.to(bf16) / global_scale in f32; fp8 -> bf16 is exact).
+    if (has_global_)
+      for (float& v : f) v = v / global_;
     return f.data();
   }
   const float* zp_row(uint64_t r) const { return zp_.empty() ? nullptr : zp_.data() + (r / row_div_) * G_; }

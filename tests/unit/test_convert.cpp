@@ -119,3 +119,37 @@ TEST_CASE("scalar f32 narrowing equals torch on the fixture vectors", "[convert]
   }
   REQUIRE(compared > 100);
 }
+
+TEST_CASE("a row of stored scales as f32 equals stored_to_f32 of each element", "[convert]") {
+  // The reader converts a row of scales (or zero points) at a time: every byte value of the
+  // one-byte dtypes (tables), every 16-bit pattern of BF16 / F16 (conversion kernels, rows that end
+  // off a vector), f32 patterns; the reference is the per-element stored_to_f32 (codecs/element.hpp).
+  std::vector<uint8_t> bytes(256), words(65536 * 2);  // every byte; every 16-bit word, little-endian
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i);
+  for (size_t k = 0; k < 65536; ++k)
+    words[2 * k] = static_cast<uint8_t>(k), words[2 * k + 1] = static_cast<uint8_t>(k >> 8);
+  const std::vector<uint32_t> f32 = f32_patterns();
+  struct Case {
+    DType d;
+    bool e8m0;
+  };
+  for (const Case c :
+       {Case{DType::F8_E4M3, false}, Case{DType::F8_E8M0, false}, Case{DType::U8, true}, Case{DType::U8, false},
+        Case{DType::I8, false}, Case{DType::BF16, false}, Case{DType::F16, false}, Case{DType::F32, false}}) {
+    const size_t sz = dtype_bits(c.d) / 8;
+    const uint8_t* in = c.d == DType::F32 ? reinterpret_cast<const uint8_t*>(f32.data())
+                        : sz == 2         ? words.data()
+                                          : bytes.data();
+    const size_t total = c.d == DType::F32 ? f32.size() : sz == 1 ? 256 : 65536;
+    for (size_t n : {total, total - 1, size_t(1), size_t(0)}) {
+      std::vector<float> got(n + 1, -7.f);
+      codecs::stored_row_to_f32(c.d, in, n, c.e8m0, got.data());
+      for (size_t i = 0; i < n; ++i) {
+        const float want = codecs::stored_to_f32(c.d, in + i * sz, c.e8m0);
+        INFO(dtype_name(c.d) << " e8m0 " << c.e8m0 << " element " << i << " of " << n);
+        REQUIRE(codecs::f32_bits(got[i]) == codecs::f32_bits(want));
+      }
+      REQUIRE(got[n] == -7.f);
+    }
+  }
+}
