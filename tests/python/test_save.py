@@ -36,6 +36,8 @@ FORMATS = {  # format -> (save_model kwargs, max relative logit error of the loa
     "int-quantized": (dict(), 0.05),
     "float-quantized": (dict(), 0.1),
     "nvfp4-pack-quantized": (dict(), 0.4),
+    "mxfp8-quantized": (dict(), 0.1),
+    "mxfp4-pack-quantized": (dict(), 0.5),
     "sparse-bitmask": (dict(), 0.0),
     "dense": (dict(dtype=torch.float16), 0.02),
 }
