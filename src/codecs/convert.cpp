@@ -90,37 +90,14 @@ bool widen_to_f32(DType src, const void* in, uint64_t first, uint64_t n, float* 
   }
 }
 
-namespace {
-struct ByteValues {
-  float v[256];
-};
-template <float (*F)(uint8_t) noexcept>
-const ByteValues& byte_values() noexcept {
-  static const ByteValues t = [] {
-    ByteValues b{};
-    for (unsigned i = 0; i < 256; ++i) b.v[i] = F(static_cast<uint8_t>(i));
-    return b;
-  }();
-  return t;
-}
-}  // namespace
-
 void stored_row_to_f32(DType d, const void* in, size_t n, bool e8m0, float* out) noexcept {
   const auto* b = static_cast<const uint8_t*>(in);
-  const auto lookup = [&](const ByteValues& t) {
-    for (size_t i = 0; i < n; ++i) out[i] = t.v[b[i]];
-  };
   switch (d) {
     case DType::F32:
       for (size_t i = 0; i < n; ++i) out[i] = f32_from_bits(load_le32(b + 4 * i));
       return;
     case DType::BF16:
     case DType::F16: return convert(d, in, DType::F32, out, n);
-    case DType::F8_E4M3: return lookup(byte_values<e4m3_to_f32>());
-    case DType::F8_E8M0: return lookup(byte_values<e8m0_to_f32>());
-    case DType::U8:
-      if (e8m0) return lookup(byte_values<e8m0_to_f32>());
-      break;
     default: break;
   }
   const size_t sz = dtype_bits(d) / 8;

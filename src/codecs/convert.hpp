@@ -24,8 +24,9 @@ void convert(DType src, const void* in, DType dst, void* out, size_t n, Isa isa 
 bool widen_to_f32(DType src, const void* in, uint64_t first, uint64_t n, float* out) noexcept;
 
 /// n stored scalars of a scale / zero-point part as f32: element i is stored_to_f32(d, in + i * size,
-/// e8m0) (codecs/element.hpp), computed a row at a time (F16 / BF16 through the conversion kernels,
-/// one-byte dtypes through a 256-entry table).
+/// e8m0) (codecs/element.hpp), computed a row at a time (F16 / BF16 through the conversion
+/// kernels). One-byte dtypes take 256 values: a caller converting many rows looks them up in a
+/// table of stored_to_f32 instead.
 void stored_row_to_f32(DType d, const void* in, size_t n, bool e8m0, float* out) noexcept;
 
 }  // namespace ctstream::codecs

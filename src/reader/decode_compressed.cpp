@@ -69,6 +69,14 @@ class Scales {
       std::memcpy(&global_, b.data(), 4);
       has_global_ = true;
     }
+    if (ssz_ == 1) {  // E4M3, E8M0, U8: the 256 values a scale can take, each divided as below
+      byte_table_.resize(256);
+      for (unsigned v = 0; v < 256; ++v) {
+        const std::byte u[4] = {static_cast<std::byte>(v)};  // (to_f32 reads one byte of it)
+        const float x = to_f32(scale_->dtype, u, e8m0_);
+        byte_table_[v] = has_global_ ? x / global_ : x;
+      }
+    }
     zp_packing_ = geo.zp;
     if (const TensorPart* zp = plan.part(Role::weight_zero_point)) load_zp(*zp, geo.rows);
   }
@@ -84,11 +92,16 @@ class Scales {
     const uint64_t sr = r / row_div_;
     auto b = ck_.bytes(*scale_, sr * G_ * ssz_, G_ * ssz_, scratch, /*windowed=*/true);
     f.resize(G_);
-    codecs::stored_row_to_f32(scale_->dtype, b.data(), G_, e8m0_, f.data());
     // nvfp4: the stored global scale divides (nvfp4/base.py, forward_helpers.py `_dequantize`:
     // scale.to(bf16) / global_scale in f32; fp8 -> bf16 is exact).
-    if (has_global_)
-      for (float& v : f) v = v / global_;
+    if (!byte_table_.empty()) {
+      const auto* p = reinterpret_cast<const uint8_t*>(b.data());
+      for (uint64_t g = 0; g < G_; ++g) f[g] = byte_table_[p[g]];
+    } else {
+      codecs::stored_row_to_f32(scale_->dtype, b.data(), G_, e8m0_, f.data());
+      if (has_global_)
+        for (float& v : f) v = v / global_;
+    }
     return f.data();
   }
   const float* zp_row(uint64_t r) const { return zp_.empty() ? nullptr : zp_.data() + (r / row_div_) * G_; }
@@ -133,6 +146,7 @@ class Scales {
   const TensorPart* scale_;
   bool e8m0_ = false, has_global_ = false;
   float global_ = 1.f;
+  std::vector<float> byte_table_;  ///< one-byte scales: the value (over the global scale) of each byte
   uint64_t ssz_ = 2, G_ = 1, gs_ = 1, row_div_ = 1, scale_rows_ = 1;
   std::vector<float> zp_;
   format::ZeroPointPacking zp_packing_;
