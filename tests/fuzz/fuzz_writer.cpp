@@ -10,6 +10,10 @@
 //              when the scale rounds down in the dtype (F16 subnormal scales);
 //              nvfp4: <= 0.2 amax_g + amax / 2000
 //              (or, when the dtype cannot hold the global scale, values under 0.04 may become 0)
+//   mxfp8:     |err| <= 2^-4 |x| + amax_g 2^-16 (E4M3 under a power-of-two scale that keeps
+//              x / scale < 384); mxfp4: <= 0.2 |x| + amax_g / 8 (E2M1's grid, x / scale < 6);
+//              both + the bf16 decode's 2^-8 |x|, and F16 groups so small that their scale
+//              underflows the dtype take scale 1 (the library's eps), so values under 2^-9 may become 0
 // A refusal (NaN / Inf in a quantized weight, a group size that does not divide) must be a
 // ctstream::Error and leave no output directory.
 #include <cmath>
@@ -51,10 +55,11 @@ float from_bits(DType d, const std::string& raw, size_t i) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fz::Bytes in(data, size);
-  const uint64_t R = 1 + in.below(48), C = 1 + in.below(48);
+  const uint64_t R = 1 + in.below(48);
+  uint64_t C = 1 + in.below(48);
   const DType dts[] = {DType::F32, DType::F16, DType::BF16};
   const DType dt = dts[in.below(3)];
-  const unsigned fmt_pick = in.below(6);
+  const unsigned fmt_pick = in.below(8);
   CompressOptions o;
   o.overwrite = true;
   o.copy_other_files = false;
@@ -85,8 +90,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 3: o.format = Format::nvfp4_pack_quantized; break;
     case 4: o.format = Format::sparse_bitmask; break;
+    case 5: o.format = Format::mxfp8_quantized; break;
+    case 6: o.format = Format::mxfp4_pack_quantized; break;
     default: o.format = Format::sparse_24_bitmask, o.prune_24 = true; break;
   }
+  // MX groups are 32 columns; other widths are refused (tested in the unit tests), so mostly whole groups.
+  if ((o.format == Format::mxfp8_quantized || o.format == Format::mxfp4_pack_quantized) && C % 16 != 0)
+    C = 32 * (1 + C % 2);
   const bool zeros = in.chance(40);  // make the input sparse-ish
   std::string raw = in.take(R * C * (dtype_bits(dt) / 8));
   if (zeros)
@@ -119,6 +129,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto group_of = [&](uint64_t r, uint64_t c) -> uint64_t {
     switch (o.format) {
       case Format::nvfp4_pack_quantized: return r * C + c / 16;
+      case Format::mxfp8_quantized:
+      case Format::mxfp4_pack_quantized: return r * C + c / 32;
       case Format::sparse_bitmask:
       case Format::sparse_24_bitmask: return 0;
       default: break;
@@ -164,6 +176,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const double s_min = std::max(0.0, amax_g / 448 * (1 - 0x1p-8) - sub_half);
         const double clamp = std::max(0.0, std::fabs(xi) - 448 * s_min);
         bound = 0.14 * std::fabs(xi) + std::max(amax_g / 448, eps) * 0x1p-9 + clamp + 1e-30;
+      } else if (o.format == Format::mxfp8_quantized || o.format == Format::mxfp4_pack_quantized) {
+        const bool fp8 = o.format == Format::mxfp8_quantized;
+        const double tiny = dt == DType::F16 ? std::min<double>(std::fabs(xi), 0x1p-9) : 0x1p-120;
+        bound = (fp8 ? 0x1p-4 + 0x1p-8 : 0.2 + 0x1p-8) * std::fabs(xi) + amax_g * (fp8 ? 0x1p-16 : 0.125) + tiny;
       } else if (o.format == Format::nvfp4_pack_quantized)  // a global scale that overflows the dtype
         bound = std::max(0.2 * amax_g + amax_t / 2000, std::min<double>(std::fabs(xi), 0.04)) + 0.02 * std::fabs(xi) +
                 1e-30;
