@@ -15,11 +15,6 @@ constexpr const char* kVersion012 = "0.12.2";  // the last line with sparse comp
 
 std::string torch_name(DType d) { return d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32"; }
 
-bool quantized(Format f) {
-  return f == Format::pack_quantized || f == Format::int_quantized || f == Format::float_quantized ||
-         f == Format::nvfp4_pack_quantized || f == Format::mxfp4_pack_quantized || f == Format::mxfp8_quantized;
-}
-
 // QuantizationArgs as the library serialises them (quant_args.py, model_dump).
 json weight_args(const QuantArgs& a, const std::string& scale_dtype) {
   json w = {{"dynamic", false},
@@ -37,6 +32,11 @@ json weight_args(const QuantArgs& a, const std::string& scale_dtype) {
 
 }  // namespace
 
+bool quantized_format(Format f) noexcept {
+  return f == Format::pack_quantized || f == Format::int_quantized || f == Format::float_quantized ||
+         f == Format::nvfp4_pack_quantized || f == Format::mxfp4_pack_quantized || f == Format::mxfp8_quantized;
+}
+
 std::string compression_config(const std::string& input_config, const std::string& input_file,
                                const CompressionSection& s) {
   json cfg = json::object();
@@ -53,7 +53,7 @@ std::string compression_config(const std::string& input_config, const std::strin
     if (cfg.contains("dtype")) cfg["dtype"] = torch_name(*s.dtype);
   }
   const json targets = s.targets.empty() ? json::array({"Linear"}) : json(s.targets);
-  if (quantized(s.format)) {
+  if (quantized_format(s.format)) {
     const std::string f(format_name(s.format));
     json ia = nullptr;
     if (s.input_activations) {  // the INT8_W8A8 / FP8_DYNAMIC / FP8_BLOCK presets

@@ -22,6 +22,10 @@ struct CompressionSection {
   std::optional<DType> dtype;        ///< recorded as torch_dtype when the model was converted
 };
 
+/// The quantized formats the writer produces: their section is a quantization_config with weight
+/// arguments (the others: sparsity_config, or none).
+bool quantized_format(Format f) noexcept;
+
 /// config.json text: `input_config` (the model's own config.json, may be empty) with its
 /// compression settings replaced by `s`. "" when there is nothing to write (a dense copy of a
 /// checkpoint without config). Errors: Error{invalid_config, input_file} for a malformed input.

@@ -207,8 +207,6 @@ Scheme parse_scheme_json(const json& root, const std::string& file) {
         }
         if (auto w = g.value().find("weights"); w != g.value().end() && !w->is_null()) {
           sg.weights = parse_args(*w, file);
-          auto sd = w->find("scale_dtype");
-          sg.scale_is_e8m0 = sd != w->end() && sd->is_string() && sd->get<std::string>() == "torch.uint8";
         }
         auto ia = g.value().find("input_activations");
         sg.has_input_activations = ia != g.value().end() && !ia->is_null();

@@ -21,7 +21,6 @@ struct SchemeGroup {
   std::optional<QuantArgs> weights;
   bool has_input_activations = false;
   std::optional<Format> format;  ///< per-group format, if written
-  bool scale_is_e8m0 = false;    ///< weights.scale_dtype == torch.uint8 (MX formats)
 };
 
 struct Scheme {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "ctstream/error.hpp"
+#include "format/config_writer.hpp"
 #include "format/grouping.hpp"
 #include "format/json.hpp"
 
@@ -44,10 +45,7 @@ bool linear_like(const std::string& module, const TensorInfo& t) {
 
 }  // namespace
 
-bool is_quantized_format(Format f) {
-  return f == Format::pack_quantized || f == Format::int_quantized || f == Format::float_quantized ||
-         f == Format::nvfp4_pack_quantized || f == Format::mxfp4_pack_quantized || f == Format::mxfp8_quantized;
-}
+bool is_quantized_format(Format f) { return format::quantized_format(f); }
 
 bool is_sparse_format(Format f) { return f == Format::sparse_bitmask || f == Format::sparse_24_bitmask; }
 

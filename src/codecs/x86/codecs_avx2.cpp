@@ -900,7 +900,7 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
 }
 // 2-bit codes: the same positions from the step's 8 bytes alone (reach 8), without the multiply. Code
 // u at bits 2k of its byte is looked up as the byte masked in place, u for k = 0 and 4u for k = 1,
-// from the byte itself, k = 2 and 3 the same from the byte shifted down by 4 (packed_lut: the
+// from the byte itself, k = 2 and 3 the same from the byte shifted down by 4 (packed_groups: the
 // tables' entry 4u repeats entry u).
 [[gnu::always_inline]] inline __m256i packed_idx2(const uint8_t* p) {
   long long q;
