@@ -162,9 +162,8 @@ std::string Job::config_text() const {
   format::CompressionSection s;
   s.format = r_.format;
   s.weights = r_.args;
-  s.scale_dtype = scale_form(r_.format) == ScaleForm::e4m3_global ? "torch.float8_e4m3fn"
-                  : scale_form(r_.format) == ScaleForm::e8m0      ? "torch.uint8"
-                                                                  : "";
+  const ScaleForm form = scale_form(r_.format);
+  s.scale_dtype = form == ScaleForm::e4m3_global ? "torch.float8_e4m3fn" : form == ScaleForm::e8m0 ? "torch.uint8" : "";
   s.input_activations = r_.activations;
   s.targets = o_.targets;
   s.ignore = plan_.config_ignore;

@@ -71,7 +71,7 @@ float mx_scale(float m, DType d, unsigned num_bits) noexcept {
   // round_to_power_2(m, FP4_E2M1 mantissa 1) on d's bits: + 1 << (mantissa - 2), then only the
   // sign and exponent kept (a power of two, 0 or inf). Both FP4 and FP8 use E2M1's mantissa there.
   const unsigned mant = d == DType::BF16 ? 7 : d == DType::F16 ? 10 : 23;
-  uint32_t bits = d == DType::F32 ? f32_bits(m) : d == DType::F16 ? codecs::f32_to_f16(f32_bits(m)) : f32_bits(m) >> 16;
+  uint32_t bits = codecs::narrow_f32(f32_bits(m), d);  // m is exact in d
   bits = (bits + (1u << (mant - 2))) & ~((1u << mant) - 1);
   const float p = d == DType::F32   ? f32_from_bits(bits)
                   : d == DType::F16 ? f32_from_bits(codecs::f16_to_f32(static_cast<uint16_t>(bits)))

@@ -306,16 +306,13 @@ template <bool ZP>
 struct Table16 {
   __m256i lo, hi;
 };
-// 16 words w (in order, 8 a lane) as [their 16 low bytes | their 16 high bytes].
-[[gnu::always_inline]] inline __m256i split_words(__m256i w) {
-  // Per lane: low bytes of its 8 words, then their high bytes; then gather the halves.
-  const __m256i split = _mm256_shuffle_epi8(w, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
-                                                                2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-  return _mm256_permute4x64_epi64(split, 0xD8);
-}
 // The tables of 16 output words w (in order, 8 a lane).
 [[gnu::always_inline]] inline Table16 table16_of_words(__m256i w) {
-  const __m256i q = split_words(w);
+  // Per lane: low bytes of its 8 words, then their high bytes; then gather the halves:
+  // q = [the 16 low bytes | the 16 high bytes].
+  const __m256i split = _mm256_shuffle_epi8(w, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
+                                                                2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  const __m256i q = _mm256_permute4x64_epi64(split, 0xD8);
   return {_mm256_permute2x128_si256(q, q, 0x00), _mm256_permute2x128_si256(q, q, 0x11)};
 }
 template <Kind N, Kind O>
