@@ -281,6 +281,62 @@ TEST_CASE(
   REQUIRE(calls >= 8 * 11 * 5 * 2 * 9 * 5);
 }
 
+TEST_CASE("Fused packed 6- and 7-bit dequant: every scale binade, each SIMD kernel equals scalar", "[codecs][simd]") {
+  // The AVX-512 kernel builds a group's table of 2^b entries from the products of the odd values
+  // only (bf16 outputs of bf16 or f32 products, no zero points) where the scale's binade keeps every
+  // product normal and finite: every exponent field with bf16 ties and the binade's ends, both signs,
+  // every code value (random codes over 1024 columns), at group size 128 and one group per row; and
+  // rows whose 128-column groups take every binade in turn, so in-range and out-of-range tables
+  // alternate.
+  std::mt19937_64 rng(33);
+  int calls = 0;
+  const size_t cols = 1024;
+  for (unsigned bits : {6u, 7u}) {
+    const size_t nbytes = cols * bits / 8;
+    std::vector<uint8_t> words(nbytes);
+    for (auto& b : words) b = static_cast<uint8_t>(rng());
+    const Guarded gwords(words.data(), nbytes);
+    auto check = [&](const std::vector<float>& scale, uint64_t gs, bool with_zp, const char* what) {
+      const Guarded gscale(scale.data(), scale.size() * 4);
+      const std::vector<float> zp(scale.size(), 3.f);
+      for (DType nat : {DType::BF16, DType::F32, DType::F16})
+        for (DType out : {DType::BF16, DType::F16}) {
+          const codecs::DequantSpec spec{nat, out, gs, true};
+          std::vector<unsigned char> want(cols * 2), got(cols * 2);
+          const float* z = with_zp ? zp.data() : nullptr;
+          codecs::dequant_packed_kernel(Isa::scalar)(gwords.get<uint8_t>(), bits, cols, gscale.get<float>(), z, spec,
+                                                     nullptr, want.data());
+          for (Isa isa : simd_isas()) {
+            codecs::dequant_packed_kernel(isa)(gwords.get<uint8_t>(), bits, cols, gscale.get<float>(), z, spec, nullptr,
+                                               got.data());
+            ++calls;
+            INFO(codecs::isa_name(isa) << " bits " << bits << " " << what << " " << dtype_name(nat) << "->"
+                                       << dtype_name(out) << " gs=" << gs << " zp=" << with_zp);
+            REQUIRE(want == got);
+          }
+        }
+    };
+    std::vector<float> mixed;
+    for (uint32_t e = 0; e < 256; ++e)
+      for (uint32_t mant : {0u, 0x7FFFFFu, 0x8000u, 0x18000u, static_cast<uint32_t>(rng()) & 0x7FFFFFu})
+        for (uint32_t sign : {0u, 0x80000000u}) {
+          const float sc = codecs::f32_from_bits(sign | e << 23 | mant);
+          if (std::isnan(sc)) continue;
+          INFO("scale bits 0x" << std::hex << codecs::f32_bits(sc));
+          check(std::vector<float>(cols / 128, sc), 128, false, "one scale");
+          check(std::vector<float>(1, sc), cols, false, "one group");
+          mixed.push_back(sc);
+        }
+    for (size_t at = 0; at + cols / 128 <= mixed.size(); at += cols / 128) {
+      const std::vector<float> scale(mixed.begin() + static_cast<std::ptrdiff_t>(at),
+                                     mixed.begin() + static_cast<std::ptrdiff_t>(at + cols / 128));
+      check(scale, 128, false, "mixed");
+      if (at % 64 == 0) check(scale, 128, true, "mixed, zero points");
+    }
+  }
+  REQUIRE((calls > 0 || simd_isas().empty()));
+}
+
 TEST_CASE("SIMD fused nibble dequant equals the scalar reference", "[codecs][simd]") {
   std::mt19937_64 rng(7);
   std::vector<float> rand_lut(16);
@@ -561,10 +617,10 @@ TEST_CASE("Fused E4M3 dequant with power-of-two scales (mxfp8's E8M0): each SIMD
 
 TEST_CASE("Fused fp4 (E2M1) dequant: every scale binade, and groups out of range among others", "[codecs][simd]") {
   // As above for the nibble kernel with the E2M1 table (nvfp4: 16-column groups, mxfp4: 32): the
-  // AVX2 kernel builds a group's table from bf16(scale) and bf16(1.5 scale) where the scale's binade
-  // keeps that exact, in runs of 8 groups. Every binade with one scale for the row, then rows whose
-  // groups mix in-range scales with an out-of-range one at every position of a run, on a row whose
-  // last run is short (codes and scales end at a guard page: nothing past them is read).
+  // x86 kernels build a group's table from bf16(scale) and bf16(1.5 scale) where the scale's binade
+  // keeps that exact, in runs of 8 groups (AVX2) or up to 16 (AVX-512). Every binade with one scale for the row, then
+  // rows whose groups mix in-range scales with an out-of-range one at every position of a run, on a row whose last run
+  // is short (codes and scales end at a guard page: nothing past them is read).
   std::mt19937_64 rng(31);
   std::vector<uint8_t> packed(512);
   for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<uint8_t>(i < 256 ? i : rng());
@@ -602,16 +658,19 @@ TEST_CASE("Fused fp4 (E2M1) dequant: every scale binade, and groups out of range
           INFO("scale bits 0x" << std::hex << codecs::f32_bits(sc));
           check(cols, std::vector<float>(cols / gs, sc), gs, "one scale");
         }
-    const size_t odd_cols = 1000;  // 62.5 or 31.25 groups: the last run of 8 is short
-    const size_t groups = (odd_cols + gs - 1) / gs;
-    for (size_t bad = 0; bad <= groups; ++bad) {  // bad == groups: none
-      std::vector<float> scale(groups);
-      for (auto& s : scale)
-        s = std::ldexp(1.f + static_cast<float>(rng() % 256) / 256.f, -12 + static_cast<int>(rng() % 8));
-      const float outside[] = {0.f, INFINITY, std::ldexp(1.f, -140), std::ldexp(1.5f, 125)};
-      if (bad < groups) scale[bad] = outside[bad % 4];
-      INFO("out of range at group " << bad);
-      check(odd_cols, scale, gs, "mixed");
+    // 62.5 / 31.25 groups, 63.5 / 31.75: the last run of 8 (AVX-512: 16) is short, and of 16-column
+    // groups (taken in pairs) an odd number is whole
+    for (const size_t odd_cols : {size_t(1000), size_t(1016)}) {
+      const size_t groups = (odd_cols + gs - 1) / gs;
+      for (size_t bad = 0; bad <= groups; ++bad) {  // bad == groups: none
+        std::vector<float> scale(groups);
+        for (auto& s : scale)
+          s = std::ldexp(1.f + static_cast<float>(rng() % 256) / 256.f, -12 + static_cast<int>(rng() % 8));
+        const float outside[] = {0.f, INFINITY, std::ldexp(1.f, -140), std::ldexp(1.5f, 125)};
+        if (bad < groups) scale[bad] = outside[bad % 4];
+        INFO("out of range at group " << bad);
+        check(odd_cols, scale, gs, "mixed");
+      }
     }
   }
   REQUIRE((calls > 0 || simd_isas().empty()));

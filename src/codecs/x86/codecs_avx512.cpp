@@ -162,13 +162,29 @@ using simd::Kind;
 constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 // Each lane's RNE bf16 in its high 16 bits (low 16 bits: junk); NaN -> quietened, as half.hpp.
+// NaN = false: the caller knows no lane is NaN, and the patch is skipped.
+template <bool NaN = true>
 inline __m512i bf16_round_hi(__m512 v) {
   const __m512i x = _mm512_castps_si512(v);
   const __mmask16 odd = _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x10000));
   __m512i r = _mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF));
   r = _mm512_mask_add_epi32(r, odd, r, _mm512_set1_epi32(1));
+  if constexpr (!NaN) return r;
   const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   return _mm512_mask_or_epi32(r, nan, x, _mm512_set1_epi32(0x00400000));
+}
+// The high words of a's 16 dwords, then b's: 32 words.
+inline __m512i high_words(__m512i a, __m512i b) {
+  const __m512i odd =
+      _mm512_setr_epi32(0x00030001, 0x00070005, 0x000B0009, 0x000F000D, 0x00130011, 0x00170015, 0x001B0019, 0x001F001D,
+                        0x00230021, 0x00270025, 0x002B0029, 0x002F002D, 0x00330031, 0x00370035, 0x003B0039, 0x003F003D);
+  return _mm512_permutex2var_epi16(a, odd, b);
+}
+// Tables derived from a few rounded products: word i = ((t[idx_i] + add_i) & keep_i) ^ sign_i (the
+// E2M1 and odd-product tables below: a power of two added to a product's exponent, the sign of a
+// negative code flipped, and keep = 0x8000 for a zero code, the sign of its product's scale).
+[[gnu::always_inline]] inline __m512i derived_words(__m512i t, __m512i idx, __m512i add, __m512i keep, __m512i sign) {
+  return _mm512_ternarylogic_epi32(_mm512_add_epi16(_mm512_permutexvar_epi16(idx, t), add), keep, sign, 0x6A);
 }
 inline __m512 bf16_image(__m512 v) {
   return _mm512_castsi512_ps(_mm512_and_si512(bf16_round_hi(v), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
@@ -320,10 +336,7 @@ template <bool NT>
 template <Kind N, Kind O>
 inline __m512i pair_table16(__m512 t0, __m512 t1) {
   if constexpr (O == kBF16) {
-    const __m512i odd_words = _mm512_setr_epi32(0x00030001, 0x00070005, 0x000B0009, 0x000F000D, 0x00130011, 0x00170015,
-                                                0x001B0019, 0x001F001D, 0x00230021, 0x00270025, 0x002B0029, 0x002F002D,
-                                                0x00330031, 0x00370035, 0x003B0039, 0x003F003D);
-    return _mm512_permutex2var_epi16(out_bf16_hi<N>(t0), odd_words, out_bf16_hi<N>(t1));
+    return high_words(out_bf16_hi<N>(t0), out_bf16_hi<N>(t1));
   } else {
     return _mm512_inserti64x4(_mm512_castsi256_si512(out_f16<N>(t0)), out_f16<N>(t1), 1);
   }
@@ -392,6 +405,75 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
     if constexpr (ZP) z = lane_values<O>(zp, j, g, nb, gs, n);
     chunk<N, O, ZP, NT>(bytes, lutv, s, z, out, j, (1u << n) - 1);
   }
+}
+
+// E2M1 codes (fp4: nvfp4's 16-column and mxfp4's 32-column groups) -> bf16 of a bf16 or f32
+// product, no zero points: a group's table from two roundings instead of sixteen, as in the AVX2
+// file (whose comment above its is_e2m1_lut gives the proof): while a scale's exponent field is in
+// 8..240, code c's word is T0 = bf16(scale) or T1 = bf16(1.5 scale) plus k << 7 for its power of
+// two, the sign of codes 8-15 flipped, and codes 0 and 8 the scale's signed zero and its negation.
+// T0 and T1 of 16 groups are rounded at once into one 32-word vector (T0 of group h at word h, T1
+// at word 16 + h); a group's table is derived_words of it by constant indices plus that group's
+// number (keep = 0x8000 for the zero codes: T0's sign is the scale's).
+inline bool is_e2m1_lut(const float* lut) {  // exactly e2m1_to_f32's values, -0.0 at code 8
+  const __m512i want =
+      _mm512_setr_epi32(0, 0x3F000000, 0x3F800000, 0x3FC00000, 0x40000000, 0x40400000, 0x40800000, 0x40C00000,
+                        static_cast<int>(0x80000000u), static_cast<int>(0xBF000000u), static_cast<int>(0xBF800000u),
+                        static_cast<int>(0xBFC00000u), static_cast<int>(0xC0000000u), static_cast<int>(0xC0400000u),
+                        static_cast<int>(0xC0800000u), static_cast<int>(0xC0C00000u));
+  return _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(lut), want) == 0xFFFF;
+}
+// Word w of a table: code w & 15's entry; group 16 (pair: columns 16-31 look up words 16-31, the
+// second group's) added to the index by the caller.
+struct E2m1Words {
+  __m512i src, add, keep, sign;
+};
+inline E2m1Words e2m1_words(bool pair) {
+  alignas(64) uint16_t src[32], add[32], keep[32], sign[32];
+  for (unsigned w = 0; w < 32; ++w) {
+    const unsigned c = w & 7;  // 0, 0.5, 1, 1.5, 2, 3, 4, 6
+    const bool t1 = c == 3 || c == 5 || c == 7;
+    src[w] = static_cast<uint16_t>((t1 ? 16 : 0) + (pair && w >= 16 ? 1 : 0));
+    const int k = c == 1 ? -1 : c == 4 || c == 5 ? 1 : c == 6 || c == 7 ? 2 : 0;
+    add[w] = static_cast<uint16_t>(k * 128);
+    keep[w] = c == 0 ? 0x8000 : 0xFFFF;
+    sign[w] = (w & 8) ? 0x8000 : 0;
+  }
+  const auto ld = [](const void* p) { return _mm512_load_si512(p); };
+  return {ld(src), ld(add), ld(keep), ld(sign)};
+}
+// Group h's table (pair: h and h + 1) from the run's T vector.
+[[gnu::always_inline]] inline __m512i e2m1_table(const E2m1Words& k, __m512i t, unsigned h) {
+  return derived_words(t, _mm512_add_epi16(k.src, _mm512_set1_epi16(static_cast<short>(h))), k.add, k.keep, k.sign);
+}
+// Whole groups from column 0, up to 16 a run, while every scale of the run is in range; returns
+// the columns written (a whole number of groups; 16-column groups in pairs).
+template <bool NT>
+size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_t gs, uint16_t* out) {
+  const bool pair = gs == 16;
+  const E2m1Words k = e2m1_words(pair);
+  size_t j = 0;
+  for (size_t g = 0;;) {
+    size_t n = (cols - j) / gs;  // whole groups left
+    if (pair) n &= ~size_t(1);
+    if (n == 0) break;
+    if (n > 16) n = 16;
+    const __mmask16 m = static_cast<__mmask16>(_bzhi_u32(0xFFFF, static_cast<unsigned>(n)));
+    // A short run's load masked (no read past the row's scales); whole runs plain (masked loads
+    // that miss the cache measured at half the speed, as in the bitmask kernels above)
+    const __m512 s = n == 16 ? _mm512_loadu_ps(scale + g) : _mm512_maskz_loadu_ps(m, scale + g);
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(s), 23), _mm512_set1_epi32(0xFF));
+    const __mmask16 bad = _mm512_mask_cmplt_epi32_mask(m, e, _mm512_set1_epi32(8)) |
+                          _mm512_mask_cmpgt_epi32_mask(m, e, _mm512_set1_epi32(240));
+    if (bad) break;
+    const __m512i t = high_words(bf16_round_hi<false>(s), bf16_round_hi<false>(_mm512_mul_ps(s, _mm512_set1_ps(1.5f))));
+    if (pair)
+      for (unsigned h = 0; h < n; h += 2, j += 32) chunk_pair16<NT>(packed + j / 2, e2m1_table(k, t, h), out + j);
+    else
+      for (unsigned h = 0; h < n; ++h, j += 32) chunk_table16<NT>(packed + j / 2, e2m1_table(k, t, h), out + j);
+    g += n;
+  }
+  return j;
 }
 
 // ---------------------------------------------------------------- fused 8-bit dequant
@@ -646,6 +728,58 @@ template <Kind N, Kind O, bool ZP>
   p1 = bits <= 4 ? p0 : _mm512_mul_ps(p1, s);  // 16 entries: words 16-31 repeat 0-15 (table_codes)
   return pair_table16<N, O>(p0, p1);
 }
+// 6- and 7-bit codes to bf16 of a bf16 or f32 product, no zero points: the values v = u - 2^(b-1)
+// are w 2^k with w odd (|v| <= 2^(b-1)). While every product is normal and finite, f32(v s) is
+// f32(w s) times 2^k exactly and RNE to bf16 commutes with that power of two, so entry u's word is
+// bf16(w s)'s plus k << 7, with v's sign (RNE is symmetric), and v = 0 the scale's signed zero:
+// derived_words of the 2^(b-2) odd products' words (one or two roundings of 16) instead of 2^b
+// roundings. An exponent field of 1..246 keeps |s| <= every nonzero product < 2^127.
+template <unsigned B>
+struct OddWords {
+  alignas(64) uint16_t idx[1 << B], add[1 << B], keep[1 << B], sign[1 << B];
+};
+template <unsigned B>
+constexpr OddWords<B> make_odd_words() {
+  OddWords<B> t{};
+  for (int u = 0; u < (1 << B); ++u) {
+    const int v = u - (1 << (B - 1));
+    unsigned w = static_cast<unsigned>(v < 0 ? -v : v), k = 0;
+    while (w != 0 && w % 2 == 0) w /= 2, ++k;
+    t.idx[u] = static_cast<uint16_t>(w == 0 ? 0 : (w - 1) / 2);  // w's product is word (w - 1) / 2
+    t.add[u] = static_cast<uint16_t>(k << 7);
+    t.keep[u] = w == 0 ? 0x8000 : 0xFFFF;
+    t.sign[u] = v < 0 ? 0x8000 : 0;
+  }
+  return t;
+}
+inline constexpr OddWords<6> kOddWords6 = make_odd_words<6>();
+inline constexpr OddWords<7> kOddWords7 = make_odd_words<7>();
+inline bool odd_table_scale(int bits) {
+  const unsigned e = (static_cast<unsigned>(bits) >> 23) & 0xFF;
+  return e >= 1 && e <= 246;
+}
+template <unsigned B>
+[[gnu::always_inline]] inline PackedTable odd_packed_table(__m512 s, __m512i even, __m512i odd) {
+  const OddWords<B>& c = *[] {
+    if constexpr (B == 6) return &kOddWords6;
+    else return &kOddWords7;
+  }();
+  const __m512 w = _mm512_setr_ps(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512i r0 = bf16_round_hi<false>(_mm512_mul_ps(w, s));
+  const __m512i r1 = B == 7 ? bf16_round_hi<false>(_mm512_mul_ps(_mm512_add_ps(w, _mm512_set1_ps(32.f)), s)) : r0;
+  const __m512i t = high_words(r0, r1);  // word i: bf16(f32((2i + 1) s))
+  const auto words = [&](unsigned q) {   // entries 32q .. 32q + 31
+    const auto at = [q](const uint16_t* a) { return _mm512_load_si512(a + 32 * q); };
+    return derived_words(t, at(c.idx), at(c.add), at(c.keep), at(c.sign));
+  };
+  PackedTable pt;
+  for (unsigned k = 0; 2 * k < (1u << B) / 32; ++k) {
+    const __m512i w0 = words(2 * k), w1 = words(2 * k + 1);
+    pt.lo[k] = _mm512_permutex2var_epi8(w0, even, w1);
+    pt.hi[k] = _mm512_permutex2var_epi8(w0, odd, w1);
+  }
+  return pt;
+}
 template <Kind N, Kind O, bool ZP>
 [[gnu::always_inline]] inline PackedTable packed_table(unsigned bits, __m512 s, __m512 z) {
   alignas(64) static constexpr uint8_t kEven[64] = {
@@ -679,6 +813,12 @@ template <Kind N, Kind O, bool ZP>
     t.lo[0] = _mm512_permutexvar_epi8(even, w);
     t.hi[0] = _mm512_permutexvar_epi8(odd, w);
     return t;
+  }
+  if constexpr (O == kBF16 && N != kF16 && !ZP) {
+    if (odd_table_scale(_mm_cvtsi128_si32(_mm512_castsi512_si128(_mm512_castps_si512(s))))) {
+      if (bits == 6) return odd_packed_table<6>(s, even, odd);
+      if (bits == 7) return odd_packed_table<7>(s, even, odd);
+    }
   }
   for (unsigned k = 0; 2 * k < (1u << bits) / 32; ++k) {
     const __m512i w0 = table_words<N, O, ZP>(bits, 2 * k, s, z), w1 = table_words<N, O, ZP>(bits, 2 * k + 1, s, z);
@@ -921,8 +1061,15 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
   simd::with_kinds(spec, [&](auto n, auto o) {
     simd::with_flag(zp != nullptr, [&](auto z) {
       simd::with_flag(spec.stream, [&](auto nt) {
-        dequant_run<decltype(n)::value, decltype(o)::value, decltype(z)::value, decltype(nt)::value>(
-            packed, cols, lut, scale, zp, gs, out);
+        constexpr Kind N = decltype(n)::value, O = decltype(o)::value;
+        constexpr bool Z = decltype(z)::value, NT = decltype(nt)::value;
+        size_t j = 0;  // columns done by the E2M1 tables: whole groups
+        if constexpr (O == kBF16 && N != kF16 && !Z)
+          if ((gs == 16 || gs == 32) && is_e2m1_lut(lut))
+            j = e2m1_groups<NT>(packed, cols, scale, gs, static_cast<uint16_t*>(out));
+        if (j < cols)
+          dequant_run<N, O, Z, NT>(packed + j / 2, cols - j, lut, scale + j / gs, Z ? zp + j / gs : zp, gs,
+                                   static_cast<unsigned char*>(out) + j * (O == kF32 ? 4 : 2));
       });
     });
   });
