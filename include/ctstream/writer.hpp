@@ -86,9 +86,12 @@ struct CompressOptions {
   /// nullopt = the format's default: pack-quantized group, int/float-quantized channel,
   /// nvfp4 tensor_group, mxfp4 / mxfp8 group.
   std::optional<QuantStrategy> strategy;
-  bool symmetric = true;                        ///< false: asymmetric (INT formats only)
-  uint64_t group_size = 128;                    ///< group strategy (nvfp4 always 16, mxfp4 / mxfp8 32)
-  uint64_t block_rows = 128, block_cols = 128;  ///< block strategy
+  bool symmetric = true;  ///< false: asymmetric (INT formats only)
+  /// Group strategy: nullopt = 128 (mxfp4 / mxfp8: 32, the only size their E8M0 scales take).
+  /// Set with another strategy, or another size for MX, it is an error rather than ignored.
+  std::optional<uint64_t> group_size;
+  /// Block strategy: nullopt = 128 x 128. Set with another strategy, it is an error.
+  std::optional<uint64_t> block_rows, block_cols;
   /// int/float-quantized: also declare dynamic per-token (block: per-group-128) input activation
   /// quantization, as the INT8_W8A8 / FP8_DYNAMIC / FP8_BLOCK presets do. false = weight-only
   /// (the library then calls the format naive-quantized; same tensors).

@@ -110,23 +110,36 @@ Resolved resolve(const CompressOptions& o) {
     bad(fname +
         ": asymmetric quantization is only supported for INT weights (compressed-tensors "
         "raises for FP4 and has no asymmetric FP8 kernels)");
+  // A size the strategy does not read is refused, not ignored (what the caller asked for would
+  // not be what is written).
+  if (o.group_size && a.strategy != QuantStrategy::group)
+    bad(fname + ": a group size applies to the group strategy, not '" + std::string(strategy_name(a.strategy)) + "'" +
+        (a.strategy == QuantStrategy::tensor_group ? " (nvfp4 groups are 16)" : ""));
+  if ((o.block_rows || o.block_cols) && a.strategy != QuantStrategy::block)
+    bad(fname + ": block dimensions apply to the block strategy, not '" + std::string(strategy_name(a.strategy)) + "'");
   switch (a.strategy) {
     case QuantStrategy::tensor:
     case QuantStrategy::channel: break;
     case QuantStrategy::group:
-      if (o.group_size == 0) bad("group size must be positive");
+      if (o.group_size == 0u) bad("group size must be positive");
       // MX scales are per 32 values: the library takes E8M0 scales only with group_size 32.
-      a.group_size = scale_form(o.format) == ScaleForm::e8m0 ? 32 : o.group_size;
+      if (scale_form(o.format) == ScaleForm::e8m0) {
+        if (o.group_size && *o.group_size != 32)
+          bad(fname + ": groups are 32 values (E8M0 scales); got group size " + std::to_string(*o.group_size));
+        a.group_size = 32;
+      } else {
+        a.group_size = o.group_size.value_or(128);
+      }
       break;
     case QuantStrategy::tensor_group:
       if (o.format != Format::nvfp4_pack_quantized) bad("tensor_group strategy is nvfp4 only");
       a.group_size = 16;
       break;
     case QuantStrategy::block:
-      if (o.block_rows == 0 || o.block_cols == 0) bad("block dimensions must be positive");
+      if (o.block_rows == 0u || o.block_cols == 0u) bad("block dimensions must be positive");
       if (o.format == Format::pack_quantized) bad("pack-quantized: block strategy is not supported (use group)");
-      a.block_rows = o.block_rows;
-      a.block_cols = o.block_cols;
+      a.block_rows = o.block_rows.value_or(128);
+      a.block_cols = o.block_cols.value_or(128);
       break;
     default: bad(fname + ": strategy '" + std::string(strategy_name(a.strategy)) + "' cannot quantize weights");
   }

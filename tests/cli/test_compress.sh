@@ -94,6 +94,12 @@ no_partial "$TMP/x"
 run 1 "no target matches" "$CT" compress "$IN" "$TMP/x" --targets 're:nothing\..*'
 no_partial "$TMP/x"
 run 1 "asymmetric fp8" "$CT" compress "$IN" "$TMP/x" --format float-quantized --asymmetric
+run 1 "MX group size other than 32" "$CT" compress "$IN" "$TMP/x" --format mxfp4-pack-quantized --group-size 64
+err_has "MX group size" "groups are 32 values (E8M0 scales); got group size 64"
+no_partial "$TMP/x"
+run 1 "group size with the channel strategy" "$CT" compress "$IN" "$TMP/x" --format int-quantized --strategy channel \
+  --group-size 32
+err_has "group size, channel" "a group size applies to the group strategy, not 'channel'"
 run 1 "not 2:4 sparse" "$CT" compress "$IN" "$TMP/x" --format sparse-24-bitmask
 err_has "not 2:4" "--prune-24"
 no_partial "$TMP/x"

@@ -71,22 +71,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       bits = o.num_bits = 1 + in.below(8);
       o.strategy =
           std::vector<QuantStrategy>{QuantStrategy::tensor, QuantStrategy::channel, QuantStrategy::group}[in.below(3)];
-      o.group_size = 1u << in.below(6);
+      if (o.strategy == QuantStrategy::group) o.group_size = 1u << in.below(6);  // other strategies refuse one
       o.symmetric = in.chance(50);
       break;
     case 1:
       o.format = Format::int_quantized;
       o.strategy = std::vector<QuantStrategy>{QuantStrategy::tensor, QuantStrategy::channel, QuantStrategy::group,
                                               QuantStrategy::block}[in.below(4)];
-      o.group_size = 1u << in.below(6);
-      o.block_rows = 1 + in.below(16), o.block_cols = 1 + in.below(16);
+      if (o.strategy == QuantStrategy::group) o.group_size = 1u << in.below(6);
+      if (o.strategy == QuantStrategy::block) o.block_rows = 1 + in.below(16), o.block_cols = 1 + in.below(16);
       o.symmetric = in.chance(50);
       break;
     case 2:
       o.format = Format::float_quantized;
       o.strategy =
           std::vector<QuantStrategy>{QuantStrategy::tensor, QuantStrategy::channel, QuantStrategy::block}[in.below(3)];
-      o.block_rows = 1 + in.below(16), o.block_cols = 1 + in.below(16);
+      if (o.strategy == QuantStrategy::block) o.block_rows = 1 + in.below(16), o.block_cols = 1 + in.below(16);
       break;
     case 3: o.format = Format::nvfp4_pack_quantized; break;
     case 4: o.format = Format::sparse_bitmask; break;
@@ -139,8 +139,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         o.strategy.value_or(o.format == Format::pack_quantized ? QuantStrategy::group : QuantStrategy::channel);
     if (s == QuantStrategy::tensor) return 0;
     if (s == QuantStrategy::channel) return r;
-    if (s == QuantStrategy::group) return r * C + c / o.group_size;
-    return (r / o.block_rows) * C + c / o.block_cols;  // block
+    if (s == QuantStrategy::group) return r * C + c / o.group_size.value_or(128);
+    return (r / o.block_rows.value_or(128)) * C + c / o.block_cols.value_or(128);  // block
   };
   std::vector<float> lo(R * C, INFINITY), hi(R * C, -INFINITY);
   float amax_t = 0;
@@ -196,8 +196,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                      "%s bits %u sym %d strategy %d gs %llu block %llux%llu dtype %s [%llu,%llu] at (%llu,%llu): x %g "
                      "y %g err %g bound %g group [%g, %g]\n",
                      std::string(format_name(o.format)).c_str(), bits, o.symmetric,
-                     o.strategy ? static_cast<int>(*o.strategy) : -1, (unsigned long long)o.group_size,
-                     (unsigned long long)o.block_rows, (unsigned long long)o.block_cols,
+                     o.strategy ? static_cast<int>(*o.strategy) : -1, (unsigned long long)o.group_size.value_or(0),
+                     (unsigned long long)o.block_rows.value_or(0), (unsigned long long)o.block_cols.value_or(0),
                      std::string(dtype_name(dt)).c_str(), (unsigned long long)R, (unsigned long long)C,
                      (unsigned long long)r, (unsigned long long)c, xi, yi, err, bound, lo[g], hi[g]);
         __builtin_trap();

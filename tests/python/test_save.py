@@ -321,6 +321,13 @@ def test_failed_or_interrupted_save_leaves_nothing(tmp_path):
         ctstream.save_model(m, tmp_path / "out", format="gguf")
     with pytest.raises(ctstream.InvalidArgumentError, match="dense"):
         ctstream.save_model(m, tmp_path / "out", format="dense")
+    # sizes a format or strategy does not take are refused, not ignored
+    with pytest.raises(ctstream.InvalidArgumentError, match=r"groups are 32 values \(E8M0 scales\); got group size 64"):
+        ctstream.save_model(m, tmp_path / "out", format="mxfp4-pack-quantized", group_size=64)
+    with pytest.raises(ctstream.InvalidArgumentError, match="a group size applies to the group strategy, not 'channel'"):
+        ctstream.save_model(m, tmp_path / "out", format="int-quantized", strategy="channel", group_size=32)
+    with pytest.raises(ctstream.InvalidArgumentError, match="block dimensions apply to the block strategy"):
+        ctstream.save_model(m, tmp_path / "out", format="float-quantized", strategy="channel", block=(64, 64))
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "keep.txt").write_text("mine")
     with pytest.raises(ctstream.InvalidArgumentError, match="group size 128 does not divide the 64 columns"):

@@ -260,8 +260,9 @@ TEST_CASE("compress round trip through the reader, every format", "[writer_compr
         o.num_bits = c.bits;
         o.strategy = c.strategy;
         o.symmetric = c.symmetric;
-        o.group_size = c.group;
-        o.block_rows = 48, o.block_cols = 40;  // ragged blocks on 64 / 128
+        // Sizes only for the strategy that reads them (another strategy refuses them)
+        if (c.strategy == QuantStrategy::group) o.group_size = c.group;
+        if (c.strategy == QuantStrategy::block) o.block_rows = 48, o.block_cols = 40;  // ragged blocks on 64 / 128
         const fs::path outp = tmp.path / (std::string(c.name) + "_" + dname);
         const auto rep = compress_checkpoint(in, outp, o);
         auto out = Checkpoint::open(outp);
@@ -406,6 +407,42 @@ TEST_CASE("compress failures name the tensor and leave nothing behind", "[writer
   CompressOptions o = base;
   o.group_size = 48;  // does not divide 64 columns
   expect(o, ErrorKind::invalid_argument, "model.layers.0.self_attn.q_proj.weight", tmp.path / "in", "group size");
+  // A size the strategy does not read, or an MX group other than 32, is refused (never ignored)
+  const auto refused = [&](const CompressOptions& opt, const std::string& what) {
+    const fs::path out = tmp.path / "refused";
+    try {
+      compress_checkpoint(tmp.path / "in", out, opt);
+      FAIL("expected an error: " << what);
+    } catch (const Error& e) {
+      INFO(e.what());
+      CHECK(e.kind() == ErrorKind::invalid_argument);
+      CHECK(std::string(e.what()).find(what) != std::string::npos);
+    }
+    nothing_left(out);
+  };
+  for (Format mx : {Format::mxfp4_pack_quantized, Format::mxfp8_quantized}) {
+    CompressOptions m;
+    m.format = mx;
+    m.group_size = 64;
+    refused(m, "groups are 32 values (E8M0 scales); got group size 64");
+    m.group_size = 32;  // the one size they take, given or not
+    CHECK_NOTHROW(compress_checkpoint(tmp.path / "in", tmp.path / "mx32", m));
+    fs::remove_all(tmp.path / "mx32");
+  }
+  o = {};
+  o.format = Format::int_quantized;  // channel by default
+  o.group_size = 32;
+  refused(o, "a group size applies to the group strategy, not 'channel'");
+  o.strategy = QuantStrategy::block;
+  refused(o, "a group size applies to the group strategy, not 'block'");
+  o = {};
+  o.format = Format::nvfp4_pack_quantized;
+  o.group_size = 16;
+  refused(o, "not 'tensor_group' (nvfp4 groups are 16)");
+  o = {};
+  o.format = Format::float_quantized;
+  o.block_rows = 64;
+  refused(o, "block dimensions apply to the block strategy, not 'channel'");
   o = {};
   o.format = Format::nvfp4_pack_quantized;
   o.targets = {"re:.*mlp.*", "re:zzz"};
@@ -540,7 +577,7 @@ TEST_CASE("pread mode reads parts through sliding windows: large parts decode as
       o.format = f.format;
       if (f.bits) o.num_bits = f.bits;
       o.strategy = f.strategy;
-      o.group_size = 32;
+      if (f.strategy.value_or(QuantStrategy::group) == QuantStrategy::group) o.group_size = 32;
       const fs::path outp = tmp.path / f.name;
       compress_checkpoint(tmp.path / "in", outp, o);
       OpenOptions om, op;
@@ -616,7 +653,7 @@ TEST_CASE("compress from memory (BufferSource) writes the bytes compress_checkpo
     DYNAMIC_SECTION(f.name) {
       CompressOptions o;
       o.format = f.format;
-      o.group_size = 32;
+      if (f.format == Format::pack_quantized) o.group_size = 32;
       o.dtype = f.dtype;
       o.copy_other_files = false;
       const auto from_file = compress_checkpoint(tmp.path / "in", tmp.path / (std::string(f.name) + "_file"), o);

@@ -242,8 +242,9 @@ def save_model(model: Any, out_dir: PathLike, format: str = "pack-quantized", bi
       int8 activations), "float-quantized" (fp8 channel + dynamic fp8 activations),
       "nvfp4-pack-quantized", "mxfp4-pack-quantized" / "mxfp8-quantized" (E8M0 scales per 32 values),
       "sparse-bitmask", "sparse-24-bitmask", or "dense" (with ``dtype``).
-    bits, group_size (implies the group strategy), strategy ("tensor", "channel", "group",
-      "block", "tensor_group"), block=(rows, cols), symmetric: the weight quantization.
+    bits, group_size (implies the group strategy; MX formats take only 32), strategy ("tensor",
+      "channel", "group", "block", "tensor_group"), block=(rows, cols) (implies the block strategy),
+      symmetric: the weight quantization. A size the strategy does not use raises ValueError.
     targets: modules to compress - names, ``re:`` patterns (Python ``re.match``) or class names
       (matched against each module's class and its bases, as compressed-tensors does, when a model
       is given). Default ``["Linear"]``: every Linear except the output head (lm_head).
