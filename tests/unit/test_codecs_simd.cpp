@@ -147,6 +147,20 @@ TEST_CASE("SIMD bitmask expand on random rows ending exactly at the guard page",
 
 namespace {
 
+// Every scale binade: each exponent field, both signs, five mantissas (zero, all ones, the bf16
+// tie 0x8000 below and above an odd bf16, one random), NaNs left out (a NaN code times a NaN
+// scale: which NaN comes out is the compiler's).
+std::vector<float> every_binade(std::mt19937_64& rng) {
+  std::vector<float> v;
+  for (uint32_t e = 0; e < 256; ++e)
+    for (uint32_t mant : {0u, 0x7FFFFFu, 0x8000u, 0x18000u, static_cast<uint32_t>(rng()) & 0x7FFFFFu})
+      for (uint32_t sign : {0u, 0x80000000u}) {
+        const float sc = codecs::f32_from_bits(sign | e << 23 | mant);
+        if (!std::isnan(sc)) v.push_back(sc);
+      }
+  return v;
+}
+
 // Scales: ordinary magnitudes plus values that overflow (to Inf in f32, bf16 or f16), land in the
 // f16 / bf16 / f32 subnormal ranges, produce rounding ties, and the specials.
 float random_scale(std::mt19937_64& rng) {
@@ -316,17 +330,12 @@ TEST_CASE("Fused packed 6- and 7-bit dequant: every scale binade, each SIMD kern
           }
         }
     };
-    std::vector<float> mixed;
-    for (uint32_t e = 0; e < 256; ++e)
-      for (uint32_t mant : {0u, 0x7FFFFFu, 0x8000u, 0x18000u, static_cast<uint32_t>(rng()) & 0x7FFFFFu})
-        for (uint32_t sign : {0u, 0x80000000u}) {
-          const float sc = codecs::f32_from_bits(sign | e << 23 | mant);
-          if (std::isnan(sc)) continue;
-          INFO("scale bits 0x" << std::hex << codecs::f32_bits(sc));
-          check(std::vector<float>(cols / 128, sc), 128, false, "one scale");
-          check(std::vector<float>(1, sc), cols, false, "one group");
-          mixed.push_back(sc);
-        }
+    const std::vector<float> mixed = every_binade(rng);
+    for (float sc : mixed) {
+      INFO("scale bits 0x" << std::hex << codecs::f32_bits(sc));
+      check(std::vector<float>(cols / 128, sc), 128, false, "one scale");
+      check(std::vector<float>(1, sc), cols, false, "one group");
+    }
     for (size_t at = 0; at + cols / 128 <= mixed.size(); at += cols / 128) {
       const std::vector<float> scale(mixed.begin() + static_cast<std::ptrdiff_t>(at),
                                      mixed.begin() + static_cast<std::ptrdiff_t>(at + cols / 128));
@@ -534,31 +543,27 @@ TEST_CASE("Fused E4M3 dequant: every scale binade, every code, each SIMD kernel 
   std::vector<uint8_t> codes(cols);
   for (size_t j = 0; j < cols; ++j) codes[j] = static_cast<uint8_t>(j < 512 ? j * 37 : rng());
   int calls = 0;
-  for (uint32_t e = 0; e < 256; ++e)
-    for (uint32_t mant : {0u, 0x7FFFFFu, 0x8000u, 0x18000u, static_cast<uint32_t>(rng()) & 0x7FFFFFu})
-      for (uint32_t sign : {0u, 0x80000000u}) {
-        const float sc = codecs::f32_from_bits(sign | e << 23 | mant);
-        if (std::isnan(sc)) continue;  // a NaN code times a NaN scale: which NaN comes out is the compiler's
-        const std::vector<float> scale(cols / 128, sc);
-        for (DType nat : {DType::BF16, DType::F32, DType::F16})
-          for (DType out : {DType::BF16, DType::F32, DType::F16}) {
-            for (uint64_t gs : {uint64_t(128), uint64_t(cols)}) {
-              const codecs::DequantSpec spec{nat, out, gs, false};
-              const size_t osz = dtype_bits(out) / 8;
-              std::vector<unsigned char> want(cols * osz), got(cols * osz);
-              codecs::dequant_byte_kernel(Isa::scalar)(codes.data(), cols, codecs::ByteCode::e4m3, scale.data(),
-                                                       nullptr, spec, nullptr, want.data());
-              for (Isa isa : simd_isas()) {
-                codecs::dequant_byte_kernel(isa)(codes.data(), cols, codecs::ByteCode::e4m3, scale.data(), nullptr,
-                                                 spec, nullptr, got.data());
-                ++calls;
-                INFO(codecs::isa_name(isa) << " scale bits 0x" << std::hex << codecs::f32_bits(sc) << std::dec << " "
-                                           << dtype_name(nat) << "->" << dtype_name(out) << " gs=" << gs);
-                REQUIRE(want == got);
-              }
-            }
+  for (float sc : every_binade(rng)) {
+    const std::vector<float> scale(cols / 128, sc);
+    for (DType nat : {DType::BF16, DType::F32, DType::F16})
+      for (DType out : {DType::BF16, DType::F32, DType::F16}) {
+        for (uint64_t gs : {uint64_t(128), uint64_t(cols)}) {
+          const codecs::DequantSpec spec{nat, out, gs, false};
+          const size_t osz = dtype_bits(out) / 8;
+          std::vector<unsigned char> want(cols * osz), got(cols * osz);
+          codecs::dequant_byte_kernel(Isa::scalar)(codes.data(), cols, codecs::ByteCode::e4m3, scale.data(), nullptr,
+                                                   spec, nullptr, want.data());
+          for (Isa isa : simd_isas()) {
+            codecs::dequant_byte_kernel(isa)(codes.data(), cols, codecs::ByteCode::e4m3, scale.data(), nullptr, spec,
+                                             nullptr, got.data());
+            ++calls;
+            INFO(codecs::isa_name(isa) << " scale bits 0x" << std::hex << codecs::f32_bits(sc) << std::dec << " "
+                                       << dtype_name(nat) << "->" << dtype_name(out) << " gs=" << gs);
+            REQUIRE(want == got);
           }
+        }
       }
+  }
   REQUIRE((calls > 0 || simd_isas().empty()));
 }
 
@@ -650,14 +655,10 @@ TEST_CASE("Fused fp4 (E2M1) dequant: every scale binade, and groups out of range
   };
   for (uint64_t gs : {uint64_t(16), uint64_t(32)}) {
     const size_t cols = 1024;
-    for (uint32_t e = 0; e < 256; ++e)
-      for (uint32_t mant : {0u, 0x7FFFFFu, 0x8000u, 0x18000u, static_cast<uint32_t>(rng()) & 0x7FFFFFu})
-        for (uint32_t sign : {0u, 0x80000000u}) {
-          const float sc = codecs::f32_from_bits(sign | e << 23 | mant);
-          if (std::isnan(sc)) continue;
-          INFO("scale bits 0x" << std::hex << codecs::f32_bits(sc));
-          check(cols, std::vector<float>(cols / gs, sc), gs, "one scale");
-        }
+    for (float sc : every_binade(rng)) {
+      INFO("scale bits 0x" << std::hex << codecs::f32_bits(sc));
+      check(cols, std::vector<float>(cols / gs, sc), gs, "one scale");
+    }
     // 62.5 / 31.25 groups, 63.5 / 31.75: the last run of 8 (AVX-512: 16) is short, and of 16-column
     // groups (taken in pairs) an odd number is whole
     for (const size_t odd_cols : {size_t(1000), size_t(1016)}) {
