@@ -820,11 +820,12 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
 //
 // Dense pack-quantized codes (code i at stream bits [i*b, i*b+b) of little-endian bytes:
 // compressed_tensors/compressors/pack_quantized/helpers.py `unpack_from_int32`), 16 per 256-bit
-// register: 8 codes span b bytes, so lane 0 reads the b bytes of codes 0-7 and lane 1 those of codes
-// 8-15 (two 128-bit loads). In each lane vpshufb takes for code c the 16-bit window of bytes
-// floor(c*b/8) and the next; the code is bits [s, s + b) of it, s = c*b % 8 <= 7. AVX2 has no
+// register: codes 0-15 span 2b <= 14 bytes, so one 16-byte load into both lanes holds them, and
+// vpshufb takes for code c (lane 0: 0-7, lane 1: 8-15) the 16-bit window of bytes floor(c*b/8)
+// and the next (<= 14 + 1); the code is bits [s, s + b) of it, s = c*b % 8 <= 7. AVX2 has no
 // 16-bit variable shift: a multiply by 2^(8-s) moves them to bits [8, 8 + b) (what passes bit 16
-// drops), a shift by 8 and a mask leave u, and a byte subtraction u - 2^(b-1).
+// drops) and a shift by 8 leaves them in the low byte, under the next code's bits; the byte mask
+// after the pack, and a byte subtraction u - 2^(b-1).
 
 // narrow_a / narrow_b (b <= 3, packed_idx_narrow): the windows of codes 0-7 | 8-15 and 16-23 | 24-31
 // within the step's first 16 bytes, in both lanes.
@@ -835,11 +836,12 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
   alignas(32) uint8_t shuf[32], na[32], nb[32];
   alignas(32) uint16_t mul[16];
   for (unsigned c = 0; c < 8; ++c) {
-    const unsigned bit = c * bits, byte = bit / 8;
+    const unsigned bit = c * bits;
     for (unsigned lane = 0; lane < 2; ++lane) {
+      const unsigned byte = (8 * lane + c) * bits / 8;  // <= 15 * 7 / 8 = 13: the window inside the 16 bytes
       shuf[16 * lane + 2 * c] = static_cast<uint8_t>(byte);
-      shuf[16 * lane + 2 * c + 1] = static_cast<uint8_t>(byte + 1);  // <= 7 + 1: inside the lane's 16 bytes
-      mul[8 * lane + c] = static_cast<uint16_t>(1u << (8 - bit % 8));
+      shuf[16 * lane + 2 * c + 1] = static_cast<uint8_t>(byte + 1);
+      mul[8 * lane + c] = static_cast<uint16_t>(1u << (8 - bit % 8));  // codes 8 + c: the same bit % 8
       // b <= 3: code 31's window ends at byte 31 * 3 / 8 + 1 = 12 (unused, and possibly past 15, for wider codes)
       for (unsigned half = 0; half < 2; ++half) {
         uint8_t* t = half ? nb : na;
@@ -852,18 +854,21 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
   const auto ld = [](const void* p) { return _mm256_load_si256(static_cast<const __m256i*>(p)); };
   return {ld(shuf), ld(mul), ld(na), ld(nb)};
 }
-// u of codes 16q .. 16q + 15 as 16-bit lanes, from p = the bytes of code 16q (lane 1: p + bits).
-[[gnu::always_inline]] inline __m256i unpack16(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
-  const __m256i in =
-      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
-                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + bits)), 1);
-  const __m256i w = _mm256_mullo_epi16(_mm256_shuffle_epi8(in, ctl.shuf), ctl.mul);
-  return _mm256_and_si256(_mm256_srli_epi16(w, 8), _mm256_set1_epi16(static_cast<short>((1u << bits) - 1)));
+// Codes 16q .. 16q + 15 as 16-bit lanes from p = the bytes of code 16q, each code in its lane's
+// low byte (the bits above it not masked off).
+[[gnu::always_inline]] inline __m256i unpack16(const uint8_t* p, const UnpackCtl& ctl) {
+  const __m256i in = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_srli_epi16(_mm256_mullo_epi16(_mm256_shuffle_epi8(in, ctl.shuf), ctl.mul), 8);
 }
-// u of codes 0-31 from p, as bytes in order (reach 3 * bits + 16 bytes): packus interleaves the
-// lanes (codes 0-7 16-23 | 8-15 24-31), qwords 0 2 1 3 restore the order.
+// u of codes 0-31 from p (reach 2 * bits + 16 bytes) as bytes, in the order packus leaves: per
+// lane codes 0-7 and 16-23 (lane 0), 8-15 and 24-31 (lane 1).
+[[gnu::always_inline]] inline __m256i packed_idx(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
+  return _mm256_and_si256(_mm256_packus_epi16(unpack16(p, ctl), unpack16(p + 2 * bits, ctl)),
+                          _mm256_set1_epi8(static_cast<char>((1u << bits) - 1)));
+}
+// The same in order: qwords 0 2 1 3.
 [[gnu::always_inline]] inline __m256i unpack32(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
-  return _mm256_permute4x64_epi64(_mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl)), 0xD8);
+  return _mm256_permute4x64_epi64(packed_idx(p, bits, ctl), 0xD8);
 }
 
 // ---------------------------------------------------------------- fused packed int1-5 dequant
@@ -879,14 +884,10 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
 // codes unpack16's windows from one load (packed_idx_narrow). Six bits (four tables, three blends
 // per half) measured slower than the two-pass path, so b >= 6 stays there.
 
-// 32 columns of 16-bit output from the codes at p (reach 3 * bits + 16 bytes). packus of the two
-// unpack16 halves leaves per lane codes 0-7 and 16-23 (lane 0), 8-15 and 24-31 (lane 1): the
-// byte lookups interleaved by unpacklo/hi_epi8 are then columns 0-15 and 16-31. pshufb reads index
-// bits 3:0 (and 7, clear: u < 32); a 16-bit shift by 3 puts bit 4 of each byte in its bit 7, which
-// is all blendv reads (the bits shifted in from the byte below land under bit 7).
-[[gnu::always_inline]] inline __m256i packed_idx(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
-  return _mm256_packus_epi16(unpack16(p, bits, ctl), unpack16(p + 2 * bits, bits, ctl));
-}
+// 32 columns of 16-bit output from the codes at p: packed_idx's order makes the byte lookups
+// interleaved by unpacklo/hi_epi8 columns 0-15 and 16-31. pshufb reads index bits 3:0 (and 7,
+// clear: u < 32); a 16-bit shift by 3 puts bit 4 of each byte in its bit 7, which is all blendv
+// reads (the bits shifted in from the byte below land under bit 7).
 // Codes of b <= 3 bits: the same, from one 16-byte load of the step's 4b <= 12 bytes (reach 16) in
 // both lanes, whose windows two vpshufb take for codes 0-15 and 16-31; one mask after the pack.
 [[gnu::always_inline]] inline __m256i packed_idx_narrow(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
@@ -945,7 +946,7 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
   alignas(32) float lut[16 * T];
   for (int e = 0; e < static_cast<int>(16 * T); ++e)
     lut[e] = static_cast<float>((two ? (e & 3) | e >> 2 : e) - (1 << (bits - 1)));
-  const uint64_t nbytes = (cols * bits + 7) / 8, reach = two ? 8 : narrow ? 16 : 3ull * bits + 16;
+  const uint64_t nbytes = (cols * bits + 7) / 8, reach = two ? 8 : narrow ? 16 : 2ull * bits + 16;
   const auto fits = [&](size_t j) { return j / 8 * bits + reach <= nbytes; };  // the step at column j
   for (size_t g = 0, g0 = 0; g0 < cols; ++g, g0 += gs) {
     const size_t g1 = cols - g0 > gs ? g0 + gs : cols;
@@ -1037,12 +1038,21 @@ void dequant_byte(const uint8_t* codes, size_t cols, ::ctstream::codecs::ByteCod
     });
   });
 }
-// 32 codes a step (4 * bits bytes, read as two pairs of 16-byte loads that reach at most byte
-// 3 * bits + 16 of the step) while the row's bytes cover those loads; the rest from a zero-padded
-// stack copy of the remaining bytes, written through a stack buffer.
+// 32 codes a step (4 * bits bytes, read as two 16-byte loads that reach at most byte 2 * bits + 16
+// of the step) while the row's bytes cover those loads; the rest from a zero-padded stack copy of
+// the remaining bytes, written through a stack buffer. 8-bit codes are their bytes, offset by 128.
 void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) noexcept {
-  const UnpackCtl ctl = unpack_ctl(bits);
-  const uint64_t nbytes = (cols * bits + 7) / 8, step = 4ull * bits, reach = 3ull * bits + 16;
+  if (bits == 8) {
+    size_t i = 0;
+    for (; i + 32 <= cols; i += 32)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i)),
+                                           _mm256_set1_epi8(static_cast<char>(0x80))));
+    for (; i < cols; ++i) out[i] = static_cast<int8_t>(words[i] ^ 0x80);
+    return;
+  }
+  const UnpackCtl ctl = unpack_ctl(bits);  // codes of 1-7 bits: 16 of them in 14 bytes
+  const uint64_t nbytes = (cols * bits + 7) / 8, step = 4ull * bits, reach = 2ull * bits + 16;
   const __m256i half = _mm256_set1_epi8(static_cast<char>(1u << (bits - 1)));
   const auto run = [&](const uint8_t* p, int8_t* o) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_sub_epi8(unpack32(p, bits, ctl), half));
