@@ -180,11 +180,21 @@ inline __m512i high_words(__m512i a, __m512i b) {
                         0x00230021, 0x00270025, 0x002B0029, 0x002F002D, 0x00330031, 0x00370035, 0x003B0039, 0x003F003D);
   return _mm512_permutex2var_epi16(a, odd, b);
 }
-// Tables derived from a few rounded products: word i = ((t[idx_i] + add_i) & keep_i) ^ sign_i (the
-// E2M1 and odd-product tables below: a power of two added to a product's exponent, the sign of a
-// negative code flipped, and keep = 0x8000 for a zero code, the sign of its product's scale).
-[[gnu::always_inline]] inline __m512i derived_words(__m512i t, __m512i idx, __m512i add, __m512i keep, __m512i sign) {
-  return _mm512_ternarylogic_epi32(_mm512_add_epi16(_mm512_permutexvar_epi16(idx, t), add), keep, sign, 0x6A);
+// Tables derived from a few rounded products (the E2M1 and odd-product tables below): entry i's
+// word is ((t[idx_i] + add_i) & keep_i) ^ sign_i, for t a vector of the products' bf16 words: a
+// power of two added to a product's exponent, the sign of a negative code flipped, and keep =
+// 0x8000 for a zero code (the sign of the product it reads, which has the scale's sign).
+template <unsigned Entries>
+struct DerivedWords {
+  alignas(64) uint16_t idx[Entries], add[Entries], keep[Entries], sign[Entries];
+};
+// Entries 32q .. 32q + 31, their indices moved by `shift` words.
+template <unsigned Entries>
+[[gnu::always_inline]] inline __m512i derived_words(__m512i t, const DerivedWords<Entries>& d, unsigned q = 0,
+                                                    __m512i shift = _mm512_setzero_si512()) {
+  const auto at = [q](const uint16_t* a) { return _mm512_load_si512(a + 32 * q); };
+  const __m512i w = _mm512_add_epi16(_mm512_permutexvar_epi16(_mm512_add_epi16(at(d.idx), shift), t), at(d.add));
+  return _mm512_ternarylogic_epi32(w, at(d.keep), at(d.sign), 0x6A);  // (w & keep) ^ sign
 }
 inline __m512 bf16_image(__m512 v) {
   return _mm512_castsi512_ps(_mm512_and_si512(bf16_round_hi(v), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
@@ -423,35 +433,32 @@ inline bool is_e2m1_lut(const float* lut) {  // exactly e2m1_to_f32's values, -0
                         static_cast<int>(0xC0800000u), static_cast<int>(0xC0C00000u));
   return _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(lut), want) == 0xFFFF;
 }
-// Word w of a table: code w & 15's entry; group 16 (pair: columns 16-31 look up words 16-31, the
-// second group's) added to the index by the caller.
-struct E2m1Words {
-  __m512i src, add, keep, sign;
-};
-inline E2m1Words e2m1_words(bool pair) {
-  alignas(64) uint16_t src[32], add[32], keep[32], sign[32];
+// A table's 32 words: code w & 15's (both halves the same group's; pair: words 16-31, which
+// columns 16-31 look up, the next group's), reading group 0's T0 / T1 (the caller moves the
+// indices to group h).
+constexpr DerivedWords<32> make_e2m1_words(bool pair) {
+  DerivedWords<32> d{};
   for (unsigned w = 0; w < 32; ++w) {
     const unsigned c = w & 7;  // 0, 0.5, 1, 1.5, 2, 3, 4, 6
     const bool t1 = c == 3 || c == 5 || c == 7;
-    src[w] = static_cast<uint16_t>((t1 ? 16 : 0) + (pair && w >= 16 ? 1 : 0));
+    d.idx[w] = static_cast<uint16_t>((t1 ? 16 : 0) + (pair && w >= 16 ? 1 : 0));
     const int k = c == 1 ? -1 : c == 4 || c == 5 ? 1 : c == 6 || c == 7 ? 2 : 0;
-    add[w] = static_cast<uint16_t>(k * 128);
-    keep[w] = c == 0 ? 0x8000 : 0xFFFF;
-    sign[w] = (w & 8) ? 0x8000 : 0;
+    d.add[w] = static_cast<uint16_t>(k * 128);
+    d.keep[w] = c == 0 ? 0x8000 : 0xFFFF;
+    d.sign[w] = (w & 8) ? 0x8000 : 0;
   }
-  const auto ld = [](const void* p) { return _mm512_load_si512(p); };
-  return {ld(src), ld(add), ld(keep), ld(sign)};
+  return d;
 }
-// Group h's table (pair: h and h + 1) from the run's T vector.
-[[gnu::always_inline]] inline __m512i e2m1_table(const E2m1Words& k, __m512i t, unsigned h) {
-  return derived_words(t, _mm512_add_epi16(k.src, _mm512_set1_epi16(static_cast<short>(h))), k.add, k.keep, k.sign);
-}
+inline constexpr DerivedWords<32> kE2m1Words = make_e2m1_words(false), kE2m1PairWords = make_e2m1_words(true);
 // Whole groups from column 0, up to 16 a run, while every scale of the run is in range; returns
 // the columns written (a whole number of groups; 16-column groups in pairs).
 template <bool NT>
 size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_t gs, uint16_t* out) {
   const bool pair = gs == 16;
-  const E2m1Words k = e2m1_words(pair);
+  const DerivedWords<32>& d = pair ? kE2m1PairWords : kE2m1Words;
+  const auto table = [&](__m512i t, unsigned h) {  // group h's (pair: h and h + 1)
+    return derived_words(t, d, 0, _mm512_set1_epi16(static_cast<short>(h)));
+  };
   size_t j = 0;
   for (size_t g = 0;;) {
     size_t n = (cols - j) / gs;  // whole groups left
@@ -468,9 +475,9 @@ size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_
     if (bad) break;
     const __m512i t = high_words(bf16_round_hi<false>(s), bf16_round_hi<false>(_mm512_mul_ps(s, _mm512_set1_ps(1.5f))));
     if (pair)
-      for (unsigned h = 0; h < n; h += 2, j += 32) chunk_pair16<NT>(packed + j / 2, e2m1_table(k, t, h), out + j);
+      for (unsigned h = 0; h < n; h += 2, j += 32) chunk_pair16<NT>(packed + j / 2, table(t, h), out + j);
     else
-      for (unsigned h = 0; h < n; ++h, j += 32) chunk_table16<NT>(packed + j / 2, e2m1_table(k, t, h), out + j);
+      for (unsigned h = 0; h < n; ++h, j += 32) chunk_table16<NT>(packed + j / 2, table(t, h), out + j);
     g += n;
   }
   return j;
@@ -735,12 +742,8 @@ template <Kind N, Kind O, bool ZP>
 // derived_words of the 2^(b-2) odd products' words (one or two roundings of 16) instead of 2^b
 // roundings. An exponent field of 1..246 keeps |s| <= every nonzero product < 2^127.
 template <unsigned B>
-struct OddWords {
-  alignas(64) uint16_t idx[1 << B], add[1 << B], keep[1 << B], sign[1 << B];
-};
-template <unsigned B>
-constexpr OddWords<B> make_odd_words() {
-  OddWords<B> t{};
+constexpr DerivedWords<(1u << B)> make_odd_words() {
+  DerivedWords<(1u << B)> t{};
   for (int u = 0; u < (1 << B); ++u) {
     const int v = u - (1 << (B - 1));
     unsigned w = static_cast<unsigned>(v < 0 ? -v : v), k = 0;
@@ -752,15 +755,15 @@ constexpr OddWords<B> make_odd_words() {
   }
   return t;
 }
-inline constexpr OddWords<6> kOddWords6 = make_odd_words<6>();
-inline constexpr OddWords<7> kOddWords7 = make_odd_words<7>();
-inline bool odd_table_scale(int bits) {
-  const unsigned e = (static_cast<unsigned>(bits) >> 23) & 0xFF;
+inline constexpr DerivedWords<64> kOddWords6 = make_odd_words<6>();
+inline constexpr DerivedWords<128> kOddWords7 = make_odd_words<7>();
+inline bool odd_table_scale(int scale_bits) {
+  const unsigned e = (static_cast<unsigned>(scale_bits) >> 23) & 0xFF;
   return e >= 1 && e <= 246;
 }
 template <unsigned B>
 [[gnu::always_inline]] inline PackedTable odd_packed_table(__m512 s, __m512i even, __m512i odd) {
-  const OddWords<B>& c = *[] {
+  const DerivedWords<(1u << B)>& c = *[] {
     if constexpr (B == 6) return &kOddWords6;
     else return &kOddWords7;
   }();
@@ -768,13 +771,9 @@ template <unsigned B>
   const __m512i r0 = bf16_round_hi<false>(_mm512_mul_ps(w, s));
   const __m512i r1 = B == 7 ? bf16_round_hi<false>(_mm512_mul_ps(_mm512_add_ps(w, _mm512_set1_ps(32.f)), s)) : r0;
   const __m512i t = high_words(r0, r1);  // word i: bf16(f32((2i + 1) s))
-  const auto words = [&](unsigned q) {   // entries 32q .. 32q + 31
-    const auto at = [q](const uint16_t* a) { return _mm512_load_si512(a + 32 * q); };
-    return derived_words(t, at(c.idx), at(c.add), at(c.keep), at(c.sign));
-  };
   PackedTable pt;
   for (unsigned k = 0; 2 * k < (1u << B) / 32; ++k) {
-    const __m512i w0 = words(2 * k), w1 = words(2 * k + 1);
+    const __m512i w0 = derived_words(t, c, 2 * k), w1 = derived_words(t, c, 2 * k + 1);
     pt.lo[k] = _mm512_permutex2var_epi8(w0, even, w1);
     pt.hi[k] = _mm512_permutex2var_epi8(w0, odd, w1);
   }
