@@ -295,17 +295,48 @@ TEST_CASE(
   REQUIRE(calls >= 8 * 11 * 5 * 2 * 9 * 5);
 }
 
-TEST_CASE("Fused packed 6- and 7-bit dequant: every scale binade, each SIMD kernel equals scalar", "[codecs][simd]") {
+TEST_CASE("Fused packed 4- to 7-bit and int4 dequant: every scale binade, each SIMD kernel equals scalar",
+          "[codecs][simd]") {
   // The AVX-512 kernel builds a group's table of 2^b entries from the products of the odd values
-  // only (bf16 outputs of bf16 or f32 products, no zero points) where the scale's binade keeps every
-  // product normal and finite: every exponent field with bf16 ties and the binade's ends, both signs,
-  // every code value (random codes over 1024 columns), at group size 128 and one group per row; and
-  // rows whose 128-column groups take every binade in turn, so in-range and out-of-range tables
-  // alternate.
+  // only (6 and 7 bits; bf16 outputs of bf16 or f32 products, no zero points) where the scale's
+  // binade keeps every product normal and finite: every exponent field with bf16 ties and the
+  // binade's ends, both signs, every code value (random codes over 1024 columns), at group size 128
+  // and one group per row; and rows whose 128-column groups take every binade in turn, so in-range
+  // and out-of-range tables alternate. The same for 4 and 5 bits and int4's u - 8 table (also with
+  // -0.0 at code 8), whose tables are built per group from 16 or 32 products.
   std::mt19937_64 rng(33);
   int calls = 0;
   const size_t cols = 1024;
-  for (unsigned bits : {6u, 7u}) {
+  {
+    std::vector<uint8_t> packed(cols / 2);
+    for (auto& b : packed) b = static_cast<uint8_t>(rng());
+    const Guarded gpacked(packed.data(), packed.size());
+    std::vector<float> offset(16), minus_zero(16);
+    for (int i = 0; i < 16; ++i) offset[i] = minus_zero[i] = static_cast<float>(i - 8);
+    minus_zero[8] = -0.f;
+    for (float sc : every_binade(rng)) {
+      const std::vector<float> scale(cols / 128, sc);
+      const Guarded gscale(scale.data(), scale.size() * 4);
+      for (const auto& lut : {offset, minus_zero})
+        for (DType nat : {DType::BF16, DType::F32, DType::F16})
+          for (uint64_t gs : {uint64_t(128), uint64_t(cols)}) {
+            const codecs::DequantSpec spec{nat, DType::BF16, gs};
+            std::vector<unsigned char> want(cols * 2), got(cols * 2);
+            codecs::dequant_nibble_kernel(Isa::scalar)(gpacked.get<uint8_t>(), cols, lut.data(), gscale.get<float>(),
+                                                       nullptr, spec, want.data());
+            for (Isa isa : simd_isas()) {
+              codecs::dequant_nibble_kernel(isa)(gpacked.get<uint8_t>(), cols, lut.data(), gscale.get<float>(), nullptr,
+                                                 spec, got.data());
+              ++calls;
+              INFO(codecs::isa_name(isa) << " int4 scale bits 0x" << std::hex << codecs::f32_bits(sc) << std::dec << " "
+                                         << dtype_name(nat) << " gs=" << gs
+                                         << " -0.0: " << (lut[8] != 0.f || std::signbit(lut[8])));
+              REQUIRE(want == got);
+            }
+          }
+    }
+  }
+  for (unsigned bits : {4u, 5u, 6u, 7u}) {
     const size_t nbytes = cols * bits / 8;
     std::vector<uint8_t> words(nbytes);
     for (auto& b : words) b = static_cast<uint8_t>(rng());
