@@ -524,8 +524,8 @@ void register_kernels() {
       add("BM_dequant_packed_l2/int" + std::to_string(bits) + "_g128_bf16_16x4096",
           [bits, isa](benchmark::State& st) { BM_dequant_packed(st, bits, kCols, DType::BF16, false, isa, 16); });
     // The same probe for the 4-bit kernels: int4 g128, nvfp4, mxfp4 (int4s 0, 8 and 11).
-    for (const auto& [i, name] : {std::pair{size_t(0), "int4_g128"}, std::pair{size_t(8), "nvfp4_g16"},
-                                  std::pair{size_t(11), "mxfp4_g32"}})
+    for (const auto& [i, name] :
+         {std::pair{size_t(0), "int4_g128"}, std::pair{size_t(8), "nvfp4_g16"}, std::pair{size_t(11), "mxfp4_g32"}})
       add(std::string("BM_dequant_int4_l2/") + name + "_bf16_16x4096", [c = int4s[i], isa](benchmark::State& st) {
         BM_dequant_nibble(st, 16, kCols, c.zp, c.nat, c.d, c.fp4, c.group, c.scale_bytes, isa);
       });
