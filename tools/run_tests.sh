@@ -27,6 +27,10 @@ summary() {
   echo "== stage wall times"
   local s
   for s in "${DONE[@]}"; do echo "  $s"; done
+  if [ -n "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
+    ccache --print-stats 2>/dev/null | awk '$1 ~ /^(direct|preprocessed)_cache_hit$/ { h += $2 } $1 == "cache_miss" { m = $2 }
+      END { printf "  %-28s %6d hits, %d compiled\n", "ccache", h, m }' || true
+  fi
   printf '  %-28s %6d s  (%d min %02d s)\n' "total" $((SECONDS - T0)) $(((SECONDS - T0) / 60)) $(((SECONDS - T0) % 60))
   return $rc
 }
@@ -115,6 +119,16 @@ stage setup bash tools/setup.sh
 # Ninja where it is installed (tools/setup.sh installs it): it compiles a target's objects while
 # the targets it links against still build, where Make leaves the second core idle.
 if command -v ninja >/dev/null; then export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}; fi
+# Every build here (release, the wheel, ASan + libFuzzer, AArch64) compiles through ccache, its
+# cache under ~/.cache: a run on a machine that ran this before recompiles only what changed. Paths
+# under the clone are hashed relative to it (CCACHE_BASEDIR), so a fresh clone elsewhere hits too.
+# The objects are the compiler's own either way; CTSTREAM_NO_CCACHE=1 compiles everything afresh.
+if command -v ccache >/dev/null && [ "${CTSTREAM_NO_CCACHE:-0}" != 1 ]; then
+  export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ctstream/ccache} CCACHE_BASEDIR=$ROOT CCACHE_NOHASHDIR=1
+  export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-3G}
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
+  ccache --zero-stats >/dev/null
+fi
 background setup_python bash tools/setup_python.sh
 [ "${CTSTREAM_SKIP_VLLM:-0}" = 1 ] || background setup_vllm bash tools/setup_vllm.sh
 echo "== release build"

@@ -3,12 +3,13 @@
 # Needs root (or sudo) only when something is missing.
 #   the build: compilers, CMake, Ninja, nlohmann-json, Catch2, Google Benchmark, RE2, PCRE2, OpenMP, Eigen
 #   (GEMM and SVD for low-rank weights; header-only), libcurl (s3:// and https:// checkpoints, CTSTREAM_REMOTE)
+#   ccache: tools/run_tests.sh compiles each of its five builds through it (a cache under ~/.cache)
 #   clang + compiler-rt: the libFuzzer targets (tools/fuzz.sh); clang-format / clang-tidy: tools/lint.sh
 #   the AArch64 cross toolchain + qemu-user + arm64 RE2 and PCRE2: tools/cross_aarch64.sh (amd64 hosts only;
 #   CTSTREAM_NO_CROSS=1 skips it)
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build nlohmann-json3-dev catch2 libbenchmark-dev libre2-dev libpcre2-dev libeigen3-dev python3-venv
-      libcurl4-openssl-dev
+      libcurl4-openssl-dev ccache
       clang libclang-rt-14-dev libomp-dev clang-format clang-tidy)
 cross=0
 if [ "$(dpkg --print-architecture)" = amd64 ] && [ "${CTSTREAM_NO_CROSS:-0}" != 1 ]; then

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv with the Python reference stack used to generate and cross-check fixtures:
+# Creates .venv (a link to ~/.cache/ctstream/ref-venv, see below) with the Python reference stack
+# used to generate and cross-check fixtures:
 #   torch (CPU use only), safetensors, numpy, compressed-tensors 0.20.x (current line),
 #   and compressed-tensors 0.12.x installed beside it under .venv/ct012 (the sparse-format line).
 # Idempotent: re-running only installs what is missing.
@@ -8,8 +9,23 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 CT_NEW=${CT_NEW:-0.20.0}
 CT_OLD=${CT_OLD:-0.12.2}
+# The venv is heavy (PyPI's torch brings its CUDA libraries: ~6 GB), so, like the vLLM venv, it
+# lives under ~/.cache (CTSTREAM_REF_VENV), made once per machine, and .venv links to it. A clone
+# whose .venv is a directory of its own keeps that one. One run at a time installs into it (a lock).
+REF=${CTSTREAM_REF_VENV:-$HOME/.cache/ctstream/ref-venv}
+if [ ! -e .venv ] && [ ! -L .venv ]; then
+  mkdir -p "$(dirname "$REF")"
+  ln -s "$REF" .venv
+fi
+target=.venv
+if [ -L .venv ]; then
+  target=$(readlink .venv)
+  mkdir -p "$(dirname "$target")"
+  exec 9>"$target.lock"
+  flock 9
+fi
 if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+  "$PY" -m venv "$target"
 fi
 V=.venv/bin/python
 if ! $V -c "import torch, safetensors, numpy, compressed_tensors as c; assert c.__version__.startswith('${CT_NEW%.*}')" 2>/dev/null; then
