@@ -100,7 +100,7 @@ python_tests() {
   .venv/bin/python -m pip install -q --force-reinstall --no-deps "$WHEEL_DIR"/ctstream-*.whl
   local rc=0
   CTSTREAM_REQUIRE_MODULE=1 CTSTREAM_CLI="$ROOT/build/bin/ctstream" CTSTREAM="$ROOT/build/bin/ctstream" OMP_NUM_THREADS=2 \
-    .venv/bin/python -m pytest -q tests/python || rc=$?
+    .venv/bin/python -m pytest -q --durations=10 tests/python || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 5 ]  # 5: no tests collected
 }
 
