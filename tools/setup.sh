@@ -3,7 +3,7 @@
 # Needs root (or sudo) only when something is missing.
 #   the build: compilers, CMake, Ninja, nlohmann-json, Catch2, Google Benchmark, RE2, PCRE2, OpenMP, Eigen
 #   (GEMM and SVD for low-rank weights; header-only), libcurl (s3:// and https:// checkpoints, CTSTREAM_REMOTE)
-#   ccache: tools/run_tests.sh compiles each of its five builds through it (a cache under ~/.cache)
+#   ccache: tools/run_tests.sh compiles each of its four builds through it (a cache under ~/.cache)
 #   clang + compiler-rt: the libFuzzer targets (tools/fuzz.sh); clang-format / clang-tidy: tools/lint.sh
 #   the AArch64 cross toolchain + qemu-user + arm64 RE2 and PCRE2: tools/cross_aarch64.sh (amd64 hosts only;
 #   CTSTREAM_NO_CROSS=1 skips it)

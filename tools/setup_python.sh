@@ -14,7 +14,6 @@ CT_OLD=${CT_OLD:-0.12.2}
 # whose .venv is a directory of its own keeps that one. One run at a time installs into it (a lock).
 REF=${CTSTREAM_REF_VENV:-$HOME/.cache/ctstream/ref-venv}
 if [ ! -e .venv ] && [ ! -L .venv ]; then
-  mkdir -p "$(dirname "$REF")"
   ln -s "$REF" .venv
 fi
 target=.venv

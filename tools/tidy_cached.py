@@ -84,10 +84,12 @@ def main():
     cache = None if setting == "off" else Path(setting or Path.home() / ".cache/ctstream/clang-tidy")
     common = hashlib.sha256()
     common.update(subprocess.run(["clang-tidy", "--version"], capture_output=True, check=True).stdout)
-    for cfg in sorted(ROOT.rglob(".clang-tidy")):
-        rel = cfg.relative_to(ROOT)
-        if not any(part.startswith("build") for part in rel.parts):
-            common.update(str(rel).encode() + b"\0" + cfg.read_bytes())
+    # The tree's own configs (tracked or new, as tools/lint.sh lists its files), not a walk of the
+    # build trees and the venv link.
+    configs = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", ".clang-tidy", "*/.clang-tidy"],
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for rel in sorted(configs):
+        common.update(rel.encode() + b"\0" + (ROOT / rel).read_bytes())
     common.update(" ".join(opts.extra_arg).encode())
     common = common.digest()
 
