@@ -148,10 +148,12 @@ def _zygote_run(argv, timeout, env):
 
 def run(model_dir, *args, mp=False, timeout=600, env=None):
     """One engine run (run_llm.py); the result is its JSON line, with its output as "log". `env`:
-    variables set for that run (None: unset). In-process runs fork from the worker's zygote; runs
-    whose engine spawns processes (mp, --tp) start as processes of their own, as users start them."""
+    variables set for that run (None: unset). The run forks from the worker's zygote; the engine
+    core and TP workers of --mp and --tp runs are still fresh interpreters (vLLM's CPU platform
+    starts them with multiprocessing's spawn: vllm/platforms/cpu.py sets
+    VLLM_WORKER_MULTIPROC_METHOD=spawn). CTSTREAM_VLLM_ZYGOTE=0: every run a process of its own."""
     argv = [str(model_dir), *args] + (["--mp"] if mp else [])
-    if mp or "--tp" in args or os.environ.get("CTSTREAM_VLLM_ZYGOTE") == "0":
+    if os.environ.get("CTSTREAM_VLLM_ZYGOTE") == "0":
         res, log = _run_fresh(RUN + argv, timeout, env)
     else:
         res, log = _zygote_run(argv, timeout, env)

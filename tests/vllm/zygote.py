@@ -13,8 +13,10 @@ once per pytest worker instead of once per run.
 Forking after `import vllm` is what vLLM itself does for its workers (multiprocessing's fork
 method, its default where no CUDA context exists). Nothing of vLLM runs in the zygote before the
 fork: no engine, no torch operation, no thread pool (vLLM reads its environment variables lazily,
-vllm/envs.py __getattr__, so each child's `env` and run_llm's own settings apply). Runs that spawn
-engine processes (--mp, --tp) stay fresh processes (test_vllm.run), as users start them.
+vllm/envs.py __getattr__, so each child's `env` and run_llm's own settings apply). The engine core
+and the TP workers of --mp and --tp runs are fresh interpreters either way: vLLM's CPU platform
+starts them with multiprocessing's spawn (vllm/platforms/cpu.py), so they find ctstream only
+through its entry point, as in a user's process.
 """
 import json
 import os
