@@ -107,7 +107,13 @@ await() {  # await NAME: waits for a background stage; its failure ends the run 
 WHEEL_DIR=$ROOT/build-py/dist
 python_tests() {
   rm -rf "$WHEEL_DIR"
-  if ! .venv/bin/python -m build --wheel -C build-dir=build-py/wheel --outdir "$WHEEL_DIR" . >"$LOGS/python-build.log" 2>&1; then
+  # nanobind's own sources (libnanobind, a dozen units) compile from .venv's nanobind (the same
+  # version range as pyproject.toml's): in the isolated build env their path is a new temp dir each
+  # run, which ccache cannot match, so every fresh clone compiled them again.
+  local nb
+  nb=$(.venv/bin/python -m nanobind --cmake_dir)
+  if ! .venv/bin/python -m build --wheel -C build-dir=build-py/wheel -C cmake.define.nanobind_ROOT="$nb" \
+      --outdir "$WHEEL_DIR" . >"$LOGS/python-build.log" 2>&1; then
     tail -n 60 "$LOGS/python-build.log"
     return 1
   fi

@@ -26,7 +26,10 @@ std::optional<ctstream::ErrorKind> error_kind(F&& f) {
   return std::nullopt;
 }
 
-inline std::filesystem::path fixtures() { return CTSTREAM_FIXTURES; }
+/// tests/fixtures and the source tree of this build (tests/unit/paths.cpp: the one unit compiled
+/// with the clone's absolute paths, so a fresh clone elsewhere recompiles only it).
+std::filesystem::path fixtures();
+std::filesystem::path source_dir();
 
 inline std::vector<std::byte> from_hex(const std::string& h) {
   std::vector<std::byte> out(h.size() / 2);

@@ -42,9 +42,7 @@ void copy_remote_fixtures(const std::filesystem::path& bucket);
 inline std::string find_rclone() {
   namespace fs = std::filesystem;
   if (const char* e = std::getenv("CTSTREAM_RCLONE"); e && *e) return fs::exists(e) ? e : "";
-#ifdef CTSTREAM_SOURCE_DIR
-  if (fs::path p = fs::path(CTSTREAM_SOURCE_DIR) / ".venv/bin/rclone"; fs::exists(p)) return p.string();
-#endif
+  if (fs::path p = source_dir() / ".venv/bin/rclone"; fs::exists(p)) return p.string();
   if (const char* path = std::getenv("PATH")) {
     std::string s = path;
     for (size_t i = 0; i <= s.size();) {

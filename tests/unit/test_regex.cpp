@@ -17,7 +17,7 @@ using namespace ctstream::format;
 namespace {
 const nlohmann::json& table() {
   static const nlohmann::json j = [] {
-    std::ifstream f(std::string(CTSTREAM_FIXTURES) + "/regex/re_match.json");
+    std::ifstream f(th::fixtures() / "regex" / "re_match.json");
     REQUIRE(f.good());
     return nlohmann::json::parse(f);
   }();
