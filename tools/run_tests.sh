@@ -55,7 +55,7 @@ finish() {
   local name=$1 rc=$2
   ccache_note
   DONE+=("$3$CC_NOTE$([ "$rc" = 0 ] || echo "  FAILED (exit $rc)")")
-  echo "== stage $name: ${DONE[-1]}"  # also in the log as it happens: a run cut short still shows it
+  echo "== stage done: ${DONE[-1]}"  # also in the log as it happens: a run cut short still shows it
   [ "$rc" = 0 ] && return 0
   echo
   echo "== FAILED stage: $name (exit $rc); last 80 lines of its output (all of it: build-logs/$name.log)"
