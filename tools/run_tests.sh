@@ -149,6 +149,7 @@ if command -v ccache >/dev/null && [ "${CTSTREAM_NO_CCACHE:-0}" != 1 ]; then
   export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-3G}
   export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
   ccache --zero-stats >/dev/null
+  CC_H=0 CC_M=0
 fi
 background setup_python bash tools/setup_python.sh
 [ "${CTSTREAM_SKIP_VLLM:-0}" = 1 ] || background setup_vllm bash tools/setup_vllm.sh

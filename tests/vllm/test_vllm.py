@@ -114,6 +114,13 @@ def _read_line(fd, timeout):
 _zygote = {}  # per pytest-xdist worker: the process the in-process engine runs fork from
 
 
+def _drop_zygote():
+    z = _zygote.pop("proc", None)
+    if z is not None:
+        z.kill()
+        z.wait()
+
+
 def _zygote_run(argv, timeout, env):
     """One in-process engine run forked from this worker's zygote (zygote.py: vLLM imported once);
     the child is its own process group, killed after it ends or at the timeout."""
@@ -129,17 +136,22 @@ def _zygote_run(argv, timeout, env):
     _zygote["n"] += 1
     log = os.path.join(_zygote["dir"], f"run{_zygote['n']}.log")
     z.stdin.write((json.dumps({"argv": argv, "env": env or {}, "log": log}) + "\n").encode())
-    pid = _read_line(z.stdout.fileno(), None)
-    if not pid.isdigit():
+    pid = _read_line(z.stdout.fileno(), 600)  # the zygote's first answer waits for its import of vLLM
+    if pid is None or not pid.isdigit():
+        _drop_zygote()  # its pipe is out of step (or it hangs): the next run starts a new one
         with open(_zygote["err"]) as f:
-            pytest.fail(f"the vLLM zygote failed:\n{f.read()[-4000:]}")
-    done = _read_line(z.stdout.fileno(), timeout)  # "done STATUS" once the zygote reaped it
+            pytest.fail(f"the vLLM zygote failed ({'no answer in 600 s' if pid is None else repr(pid)}):\n"
+                        f"{f.read()[-4000:]}")
+    done = False
     try:
-        os.killpg(int(pid), signal.SIGKILL)  # at the timeout, or what the run left in its group
-    except ProcessLookupError:
-        pass
-    if done is None:
-        _read_line(z.stdout.fileno(), None)
+        done = _read_line(z.stdout.fileno(), timeout) is not None  # "done STATUS" once the zygote reaped it
+    finally:
+        try:
+            os.killpg(int(pid), signal.SIGKILL)  # at the timeout, on an interrupt, or what the run left
+        except ProcessLookupError:
+            pass
+        if not done and _read_line(z.stdout.fileno(), 60) is None:
+            _drop_zygote()
     with open(log) as f:
         text = f.read()
     os.unlink(log)

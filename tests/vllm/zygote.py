@@ -24,12 +24,15 @@ import sys
 
 
 def main():
+    # The answers go to a copy of stdout; fd 1 becomes stderr, so nothing an import prints (vLLM's
+    # logger writes to stdout) lands in the caller's pipe.
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import run_llm
     import vllm  # noqa: F401 - the import this process exists to pay once
     from vllm import LLM, SamplingParams  # noqa: F401
 
-    out = os.fdopen(os.dup(1), "w", buffering=1)
     null = os.open(os.devnull, os.O_RDONLY)
     for line in sys.stdin:
         req = json.loads(line)
@@ -41,6 +44,9 @@ def main():
                 os.dup2(fd, 1)
                 os.dup2(fd, 2)
                 os.dup2(null, 0)
+                os.close(fd)
+                os.close(null)
+                out.close()  # the answer pipe: held only by the zygote
                 for k, v in req.get("env", {}).items():
                     if v is None:
                         os.environ.pop(k, None)
