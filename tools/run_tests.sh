@@ -27,9 +27,9 @@ summary() {
   echo "== stage wall times"
   local s
   for s in "${DONE[@]}"; do echo "  $s"; done
-  if [ -n "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
-    ccache --print-stats 2>/dev/null | awk '$1 ~ /^(direct|preprocessed)_cache_hit$/ { h += $2 } $1 == "cache_miss" { m = $2 }
-      END { printf "  %-28s %6d hits, %d compiled\n", "ccache", h, m }' || true
+  local h m
+  if [ -n "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ] && read -r h m < <(ccache_counts); then
+    printf '  %-28s %6d hits, %d compiled\n' "ccache" "$h" "$m"
   fi
   printf '  %-28s %6d s  (%d min %02d s)\n' "total" $((SECONDS - T0)) $(((SECONDS - T0) / 60)) $(((SECONDS - T0) % 60))
   return $rc
@@ -38,13 +38,17 @@ trap summary EXIT
 
 # ccache_note: sets CC_NOTE to what ccache did since the last call ("  ccache: H hits, M compiled"),
 # empty where nothing was compiled or ccache is off.
+# ccache_counts prints "HITS COMPILED" since the run's --zero-stats.
+ccache_counts() {
+  ccache --print-stats 2>/dev/null | awk '$1 ~ /^(direct|preprocessed)_cache_hit$/ { h += $2 }
+    $1 == "cache_miss" { m = $2 } END { print h + 0, m + 0 }'
+}
 CC_H=0 CC_M=0 CC_NOTE=""
 ccache_note() {
   CC_NOTE=""
   [ -n "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ] || return 0
   local h m
-  read -r h m < <(ccache --print-stats 2>/dev/null | awk '$1 ~ /^(direct|preprocessed)_cache_hit$/ { h += $2 }
-    $1 == "cache_miss" { m = $2 } END { print h + 0, m + 0 }') || return 0
+  read -r h m < <(ccache_counts) || return 0
   if [ $((h - CC_H + m - CC_M)) -gt 0 ]; then CC_NOTE="  ccache: $((h - CC_H)) hits, $((m - CC_M)) compiled"; fi
   CC_H=$h CC_M=$m
 }

@@ -110,7 +110,7 @@ def _clean(text, what):
 # them after another test's remote read in this process would get that test's retry count (5 slow
 # attempts against the 503 server, not 2). Each call's exception is printed as one JSON line.
 _SURFACES = textwrap.dedent("""
-    import json, os, sys
+    import json, os
     import torch
     import ctstream
     from ctstream import _remote

@@ -63,6 +63,7 @@ def models(tmp_path_factory):
 
 
 def _first_json(text):
+    """run_llm.py's result: the first line of `text` that is a JSON object, or None."""
     for line in text.splitlines():
         if line.startswith("{\""):
             return json.loads(line)
@@ -83,8 +84,8 @@ def _run_fresh(cmd, timeout, env):
     try:
         for line in p.stdout:
             log.append(line)
-            if line.startswith("{\""):
-                res = json.loads(line)
+            res = _first_json(line)
+            if res is not None:
                 break
             if time.time() > deadline:
                 break

@@ -10,8 +10,9 @@ once per pytest worker instead of once per run.
                          and runs run_llm.main(); the zygote writes the child's pid as one line,
                          waits for it, then writes "done STATUS".
 
-Forking after `import vllm` is what vLLM itself does for its workers (multiprocessing's fork
-method, its default where no CUDA context exists). Nothing of vLLM runs in the zygote before the
+Forking after `import vllm` is what vLLM itself does for its workers where it may (multiprocessing's
+fork method, its default where no CUDA context exists; its CPU platform spawns instead, below).
+Nothing of vLLM runs in the zygote before the
 fork: no engine, no torch operation, no thread pool (vLLM reads its environment variables lazily,
 vllm/envs.py __getattr__, so each child's `env` and run_llm's own settings apply). The engine core
 and the TP workers of --mp and --tp runs are fresh interpreters either way: vLLM's CPU platform
@@ -30,8 +31,7 @@ def main():
     os.dup2(2, 1)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import run_llm
-    import vllm  # noqa: F401 - the import this process exists to pay once
-    from vllm import LLM, SamplingParams  # noqa: F401
+    from vllm import LLM, SamplingParams  # noqa: F401 - the import this process exists to pay once
 
     null = os.open(os.devnull, os.O_RDONLY)
     for line in sys.stdin:
