@@ -166,10 +166,13 @@ int nibble_equals_scalar(const uint8_t* packed, size_t cols, const float* lut, c
   return calls;
 }
 
+// Every exponent field, both signs; mantissas 0 and all ones (the binade's ends), a bf16 tie
+// (0x8000, 0x18000), one past a tie (0x8001: a factor that loses its last bit rounds onto the tie),
+// and one random.
 std::vector<float> every_binade(std::mt19937_64& rng) {
   std::vector<float> v;
   for (uint32_t e = 0; e < 256; ++e)
-    for (uint32_t mant : {0u, 0x7FFFFFu, 0x8000u, 0x18000u, static_cast<uint32_t>(rng()) & 0x7FFFFFu})
+    for (uint32_t mant : {0u, 0x7FFFFFu, 0x8000u, 0x18000u, 0x8001u, static_cast<uint32_t>(rng()) & 0x7FFFFFu})
       for (uint32_t sign : {0u, 0x80000000u}) {
         const float sc = codecs::f32_from_bits(sign | e << 23 | mant);
         if (!std::isnan(sc)) v.push_back(sc);
@@ -601,6 +604,50 @@ TEST_CASE("Fused E4M3 dequant: every scale binade, every code, each SIMD kernel 
           }
         }
       }
+  }
+  REQUIRE((calls > 0 || simd_isas().empty()));
+}
+
+TEST_CASE("Fused int8 dequant: every scale binade, zero points of every binade, each SIMD kernel equals scalar",
+          "[codecs][simd]") {
+  // The AVX2 kernel's bf16 path scales its factors by powers of two (scale * 2^-24 and 2^-8, zero
+  // point * 2^24 and 2^8) where that is exact, and takes the ordinary path elsewhere: every scale
+  // binade, both signs, a few mantissas, without a zero point and with one from a binade of its
+  // own (the list walked in turn, so every binade of both meets both paths), over rows holding
+  // every code; int8 codes and offset-binary ones (pack-quantized 8-bit, the top bit flipped).
+  std::mt19937_64 rng(31);
+  const size_t cols = 1024;
+  std::vector<uint8_t> codes(cols);
+  for (size_t j = 0; j < cols; ++j) codes[j] = static_cast<uint8_t>(j < 512 ? j * 37 : rng());
+  const std::vector<float> scales = every_binade(rng), zps = every_binade(rng);
+  int calls = 0;
+  for (size_t i = 0; i < scales.size(); ++i) {
+    const std::vector<float> scale(cols / 128, scales[i]), zp(cols / 128, zps[(i * 7) % zps.size()]);
+    for (bool with_zp : {false, true})
+      for (DType nat : {DType::BF16, DType::F32, DType::F16})
+        for (DType out : {DType::BF16, DType::F32, DType::F16})
+          for (uint64_t gs : {uint64_t(128), uint64_t(cols)}) {
+            const codecs::DequantSpec spec{nat, out, gs, true};
+            const size_t osz = dtype_bits(out) / 8;
+            const float* z = with_zp ? zp.data() : nullptr;
+            std::vector<unsigned char> want(cols * osz), got(cols * osz);
+            codecs::dequant_byte_kernel(Isa::scalar)(codes.data(), cols, codecs::ByteCode::i8, scale.data(), z, spec,
+                                                     nullptr, want.data());
+            std::vector<unsigned char> want_packed(cols * osz);
+            codecs::dequant_packed_kernel(Isa::scalar)(codes.data(), 8, cols, scale.data(), z, spec, nullptr,
+                                                       want_packed.data());
+            for (Isa isa : simd_isas()) {
+              INFO(codecs::isa_name(isa) << " scale bits 0x" << std::hex << codecs::f32_bits(scales[i]) << " zp bits 0x"
+                                         << (with_zp ? codecs::f32_bits(zp[0]) : 0u) << std::dec << " "
+                                         << dtype_name(nat) << "->" << dtype_name(out) << " gs=" << gs);
+              codecs::dequant_byte_kernel(isa)(codes.data(), cols, codecs::ByteCode::i8, scale.data(), z, spec, nullptr,
+                                               got.data());
+              REQUIRE(want == got);
+              codecs::dequant_packed_kernel(isa)(codes.data(), 8, cols, scale.data(), z, spec, nullptr, got.data());
+              REQUIRE(want_packed == got);
+              calls += 2;
+            }
+          }
   }
   REQUIRE((calls > 0 || simd_isas().empty()));
 }
