@@ -686,11 +686,13 @@ inline bool e4m3_table_scale(uint32_t sbits) {
 // 32 columns at o from the codes at p, unless one of them is a NaN code (then false, nothing
 // written). O = kBF16: the words; kF32 (natural bf16): each word << 16, the bf16 value as f32;
 // kF16 (natural bf16): that f32 rounded to f16.
-// shift (pow2_e4m3_run): k << 7 added to the words of every code but the zeros (bf16 bits of x 2^k
-// from the scale-1 tables' x; NaN codes never get here).
-template <Kind O, bool NT, bool Shift = false>
-[[gnu::always_inline]] inline bool e4m3_step32(const uint8_t* p, const E4m3Tables& t, void* o,
-                                               __m256i shift = _mm256_setzero_si256()) {
+// The H table (below, in both lanes), which pow2_e4m3_run offsets per group.
+[[gnu::always_inline]] inline __m256i e4m3_h() {
+  return _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -128, -127, -126, -125, -124, -123, -122, -121,  //
+                          0, 1, 2, 3, 4, 5, 6, 7, -128, -127, -126, -125, -124, -123, -122, -121);
+}
+template <Kind O, bool NT>
+[[gnu::always_inline]] inline bool e4m3_step32(const uint8_t* p, const E4m3Tables& t, void* o, __m256i h = e4m3_h()) {
   // The codes rearranged so that the in-lane unpacks below leave whole stores in column order.
   // bf16: qwords 0 2 1 3, each lane's low 8 bytes hold codes 0-7 | 8-15 and its high 8 codes
   // 16-23 | 24-31: the byte unpacks give words of codes 0-15 and 16-31. f32: dwords 0 2 4 6 1 3 5 7,
@@ -706,18 +708,11 @@ template <Kind O, bool NT, bool Shift = false>
   const __m256i nib = _mm256_set1_epi8(0x0F);
   const __m256i lo = _mm256_and_si256(c, nib), hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), nib);
   const __m256i sub = _mm256_cmpeq_epi8(_mm256_and_si256(c, _mm256_set1_epi8(0x78)), _mm256_setzero_si256());
-  const __m256i h = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -128, -127, -126, -125, -124, -123, -122, -121,  //
-                                     0, 1, 2, 3, 4, 5, 6, 7, -128, -127, -126, -125, -124, -123, -122, -121);
   const __m256i wlo = _mm256_blendv_epi8(_mm256_shuffle_epi8(t.l.lo, lo), _mm256_shuffle_epi8(t.z.lo, lo), sub);
   const __m256i whi =
       _mm256_add_epi8(_mm256_blendv_epi8(_mm256_shuffle_epi8(t.l.hi, lo), _mm256_shuffle_epi8(t.z.hi, lo), sub),
                       _mm256_shuffle_epi8(h, hi));
-  __m256i w0 = _mm256_unpacklo_epi8(wlo, whi), w1 = _mm256_unpackhi_epi8(wlo, whi);
-  if constexpr (Shift) {
-    const __m256i mag = _mm256_set1_epi16(0x7FFF), zero = _mm256_setzero_si256();
-    w0 = _mm256_add_epi16(w0, _mm256_andnot_si256(_mm256_cmpeq_epi16(_mm256_and_si256(w0, mag), zero), shift));
-    w1 = _mm256_add_epi16(w1, _mm256_andnot_si256(_mm256_cmpeq_epi16(_mm256_and_si256(w1, mag), zero), shift));
-  }
+  const __m256i w0 = _mm256_unpacklo_epi8(wlo, whi), w1 = _mm256_unpackhi_epi8(wlo, whi);
   if constexpr (O == kF32) {
     const __m256i zero = _mm256_setzero_si256();
     float* f = static_cast<float*>(o);
@@ -741,9 +736,12 @@ template <Kind O, bool NT, bool Shift = false>
 }
 
 // E4M3 rows whose group scales are all positive powers of two in range (codecs/x86/pow2_scales.hpp;
-// mxfp8: groups of 32, or any multiple of 32 columns): the scale-1 tables give bf16(x) and each 32
-// columns add their group's k << 7 to the words of their nonzero codes (e4m3_step32's shift);
-// steps holding a NaN code take byte_chunk16 with the group's scale.
+// mxfp8: groups of 32, or any multiple of 32 columns): the output of a nonzero code x is bf16(x)'s
+// bits plus k << 7, which is bf16(2^r x)'s plus d << 8 with r = k mod 2 and d = (k - r) / 2 -- the
+// tables of scale 2^r, and d added to each word's high byte. That add is folded into each group's
+// tables: d added to every entry of H (every code's high byte takes one H entry) and subtracted
+// from Z's high byte for m = 0 (the zero codes, the only ones 2^k leaves as they are: their words
+// stay the sign alone). Steps holding a NaN code take byte_chunk16 with the group's scale.
 inline bool pow2_scales(const float* scale, size_t n) {
   const __m256i clear = _mm256_set1_epi32(static_cast<int>(x86::kPow2Clear));
   const __m256i below = _mm256_set1_epi32(static_cast<int>(x86::kPow2FieldMin)),
@@ -766,15 +764,19 @@ template <Kind N, Kind O, bool NT>
 size_t pow2_e4m3_run(const uint8_t* codes, size_t cols, const float* scale, size_t gs, void* out) {
   constexpr size_t osz = O == kF32 ? 4 : 2;
   auto* o = static_cast<unsigned char*>(out);
-  const E4m3Tables t = e4m3_tables(1.f);
+  const E4m3Tables by_r[2] = {e4m3_tables(1.f), e4m3_tables(2.f)};
+  const __m256i h = e4m3_h(), m0 = _mm256_setr_epi64x(0xFF, 0, 0xFF, 0);  // byte 0 of each lane: Z's m = 0
   size_t j = 0;
   for (; j + 32 <= cols; j += 32) {
     _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(codes) + j + x86::kCodesAhead), _MM_HINT_T0);
     const float sc = scale[j / gs];
     uint32_t b;
     __builtin_memcpy(&b, &sc, 4);
-    const __m256i shift = _mm256_set1_epi16(static_cast<short>((static_cast<int>(b >> 23) - 127) * 128));
-    if (e4m3_step32<O, NT, true>(codes + j, t, o + j * osz, shift)) continue;
+    const int k = static_cast<int>(b >> 23) - 127, r = k & 1;
+    const __m256i d = _mm256_set1_epi8(static_cast<char>((k - r) / 2));
+    E4m3Tables t = by_r[r];
+    t.z.hi = _mm256_sub_epi8(t.z.hi, _mm256_and_si256(d, m0));
+    if (e4m3_step32<O, NT>(codes + j, t, o + j * osz, _mm256_add_epi8(h, d))) continue;
     for (size_t h = j; h < j + 32; h += 16)  // a NaN code: the arithmetic (a finite scale, no NaN patch)
       byte_chunk16<N, O, false, true, NT, false>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + h)),
                                                  _mm256_set1_ps(sc * 256.f), _mm256_setzero_ps(), true, o + h * osz);
