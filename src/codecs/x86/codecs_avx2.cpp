@@ -968,6 +968,20 @@ template <unsigned T, bool NT>
   put256<NT>(o, _mm256_unpacklo_epi8(l, h));
   put256<NT>(o + 16, _mm256_unpackhi_epi8(l, h));
 }
+// 32 columns of f32 output of a bf16 product (natural bf16): the bf16 word tables' lookups, each
+// word widened (<< 16, exact). The indices in packed_idx's order, dwords 0 4 2 6 | 1 5 3 7 (codes
+// 0-3 8-11 16-19 24-27 | 4-7 12-15 20-23 28-31): the byte unpacks then the word unpacks with zero
+// leave codes 0-7, 8-15, 16-23 and 24-31 whole, in order.
+template <bool NT>
+[[gnu::always_inline]] inline void packed_table16_f32(__m256i idx, const Table16& tab, float* o) {
+  const __m256i c = _mm256_permutevar8x32_epi32(idx, _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7));
+  const __m256i l = _mm256_shuffle_epi8(tab.lo, c), h = _mm256_shuffle_epi8(tab.hi, c);
+  const __m256i w0 = _mm256_unpacklo_epi8(l, h), w1 = _mm256_unpackhi_epi8(l, h), zero = _mm256_setzero_si256();
+  put256<NT>(o, _mm256_unpacklo_epi16(zero, w0));
+  put256<NT>(o + 8, _mm256_unpackhi_epi16(zero, w0));
+  put256<NT>(o + 16, _mm256_unpacklo_epi16(zero, w1));
+  put256<NT>(o + 24, _mm256_unpackhi_epi16(zero, w1));
+}
 // 32 columns of f32 output: the codes u in order (unpack32), 8 at a time through the two 8-float
 // tables.
 template <bool NT>
@@ -989,8 +1003,10 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
   static_assert(T == 1 || (O != kF32 && T == 2));
   if (gs == 0 || gs % 32 != 0) return 0;
   const UnpackCtl ctl = unpack_ctl(bits);
-  const bool two = O != kF32 && bits == 2;  // packed_idx2's indices
-  const bool narrow = bits <= 3 && !two;    // packed_idx_narrow's
+  // f32 outputs of a bf16 product are bf16 words widened: the word tables (packed_table16_f32)
+  constexpr bool kWords = O != kF32 || N == kBF16;
+  const bool two = kWords && bits == 2;   // packed_idx2's indices
+  const bool narrow = bits <= 3 && !two;  // packed_idx_narrow's
   alignas(32) float lut[16 * T];
   for (int e = 0; e < static_cast<int>(16 * T); ++e)
     lut[e] = static_cast<float>((two ? (e & 3) | e >> 2 : e) - (1 << (bits - 1)));
@@ -1002,7 +1018,19 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
     if (g1 != cols && !fits(g1 - 32)) return g0;
     if (last == g0 || !fits(g0)) return g0;
     size_t j = g0;
-    if constexpr (O == kF32) {
+    if constexpr (O == kF32 && kWords) {
+      const Table16 tab =
+          table16<kBF16, kBF16>(group_values<ZP>(_mm256_load_ps(lut), _mm256_load_ps(lut + 8), scale, zp, g));
+      float* f = static_cast<float*>(out);
+      if (two)
+        for (; j < last && fits(j); j += 32) packed_table16_f32<NT>(packed_idx2(words + j / 4), tab, f + j);
+      else if (narrow)
+        for (; j < last && fits(j); j += 32)
+          packed_table16_f32<NT>(packed_idx_narrow(words + j / 8 * bits, bits, ctl), tab, f + j);
+      else
+        for (; j < last && fits(j); j += 32)
+          packed_table16_f32<NT>(packed_idx(words + j / 8 * bits, bits, ctl), tab, f + j);
+    } else if constexpr (O == kF32) {
       const Lanes t = group_values<ZP>(_mm256_load_ps(lut), _mm256_load_ps(lut + 8), scale, zp, g);
       const __m256 tab_lo = natural_image<N>(t.a), tab_hi = natural_image<N>(t.b);
       if (narrow)
