@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -39,6 +41,40 @@ uint64_t current_size(int fd, const std::string& path) {
   return static_cast<uint64_t>(st.st_size);
 }
 
+// cachestat(2) (Linux 6.5): the page-cache state of a file range, without mapping or reading it.
+// Its number is the same on every architecture (the generic table's, include/uapi/asm-generic/
+// unistd.h, and arch/x86/entry/syscalls/syscall_64.tbl); older kernel headers lack the name.
+#ifdef SYS_cachestat
+constexpr long kSysCachestat = SYS_cachestat;
+#else
+constexpr long kSysCachestat = 451;
+#endif
+struct CachestatRange {
+  uint64_t off, len;
+};
+struct Cachestat {
+  uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+// File::cached for a local file: `base` its mapping (nullptr in pread mode).
+bool cached_range(int fd, const std::byte* base, uint64_t offset, uint64_t n) noexcept {
+  if (n == 0) return true;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t first = offset / page, pages = (offset + n - 1) / page - first + 1;
+  CachestatRange range{first * page, pages * page};
+  Cachestat cs{};
+  if (::syscall(kSysCachestat, fd, &range, &cs, 0) == 0) return cs.nr_cache >= pages;
+  if (!base) return true;  // cannot tell
+  unsigned char vec[4096];
+  for (uint64_t at = 0; at < pages; at += sizeof vec) {
+    const uint64_t k = std::min<uint64_t>(sizeof vec, pages - at);
+    if (::mincore(const_cast<std::byte*>(base) + (first + at) * page, k * page, vec) != 0) return true;
+    for (uint64_t i = 0; i < k; ++i)
+      if ((vec[i] & 1) == 0) return false;
+  }
+  return true;
+}
+
 void pread_all(int fd, const std::string& path, uint64_t offset, std::span<std::byte> out) {
   size_t done = 0;
   while (done < out.size()) {
@@ -65,6 +101,9 @@ class PreadFile final : public File {
   void populate(uint64_t, uint64_t) const noexcept override {}
   void will_need(uint64_t offset, uint64_t n) const noexcept override {
     ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
+  }
+  bool cached(uint64_t offset, uint64_t n) const noexcept override {
+    return cached_range(fd_.get(), nullptr, offset, n);
   }
   void release(uint64_t offset, uint64_t n, bool drop_cache) const noexcept override {
     if (drop_cache) ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
@@ -101,6 +140,7 @@ class MappedFile final : public File {
                       "); refusing to touch the mapping past its end");
   }
   void will_need(uint64_t offset, uint64_t n) const noexcept override { advise(offset, n, MADV_WILLNEED); }
+  bool cached(uint64_t offset, uint64_t n) const noexcept override { return cached_range(fd_.get(), base_, offset, n); }
   void populate(uint64_t offset, uint64_t n) const noexcept override {
 #ifdef MADV_POPULATE_READ
     advise(offset, n, MADV_POPULATE_READ);

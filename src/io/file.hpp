@@ -81,6 +81,13 @@ class File {
   /// `drop_cache`, evict them from the page cache too (cold-start benchmarks; it costs other
   /// readers of the same file, e.g. tensor-parallel ranks, a re-read).
   virtual void release(uint64_t offset, uint64_t n, bool drop_cache) const noexcept = 0;
+  /// Whether every page of [offset, offset+n) is in the page cache now: cachestat (Linux 6.5+),
+  /// else mincore of the mapping (mmap mode). A remote object, or a kernel that can say neither
+  /// (a seccomp filter, an older kernel in pread mode): true.
+  virtual bool cached(uint64_t offset, uint64_t n) const noexcept {
+    (void)offset, (void)n;
+    return true;
+  }
   /// How the read schedule reads this file ahead (local files: the defaults).
   virtual AheadPolicy ahead_policy() const noexcept { return {}; }
 

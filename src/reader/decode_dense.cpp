@@ -8,7 +8,12 @@
 namespace ctstream::reader {
 namespace {
 constexpr uint64_t kChunkBytes = 1ull << 20;  // per task, in source bytes
-}
+// A plain copy of bytes not all in the page cache: one thread, pieces of this size. The kernel's
+// readahead then follows one sequential stream ahead of the copy; two threads' interleaved 1 MiB
+// reads of the same file, or one thread's 8 MiB ones, measured slower cold (bench/RESULTS.md, "Cold
+// loads: dense tensors").
+constexpr uint64_t kColdChunkBytes = 256ull << 10;
+}  // namespace
 
 namespace {
 
@@ -65,14 +70,21 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const DecodePlan& plan, std::s
   }
   const uint64_t in_sz = src_bits / 8, out_sz = dtype_bits(out_dtype) / 8;
   const uint64_t run = g.len * g.inner;  // contiguous elements per outer index
-  const uint64_t chunk = std::max<uint64_t>(1, kChunkBytes / in_sz);
-  const uint64_t per_run = (run + chunk - 1) / chunk;
-  const uint64_t tasks = g.outer * per_run;
   // Plain copies are read straight into the caller's memory (pread: no pages mapped into the
   // process); conversions read 1 MiB chunks into per-thread scratch.
   const bool direct_read = !convert;
+  const uint64_t first = p.offset + g.start * g.inner * in_sz,
+                 last = p.offset + ((g.outer - 1) * g.dim + g.start) * g.inner * in_sz + run * in_sz;
+  // Cold or warm, from the range's first and last MiB (a page-cache lookup of every page of a large
+  // embedding costs ~40 us per 64 MiB; a tensor's pages come and go together, read or evicted).
+  const io::File& f = ck.file_of(p);
+  const bool cold = direct_read && need >= 4 * kChunkBytes &&
+                    !(f.cached(first, kChunkBytes) && f.cached(last - kChunkBytes, kChunkBytes));
+  const uint64_t chunk = std::max<uint64_t>(1, (cold ? kColdChunkBytes : kChunkBytes) / in_sz);
+  const uint64_t per_run = (run + chunk - 1) / chunk;
+  const uint64_t tasks = g.outer * per_run;
   const codecs::ConvertFn fn = convert ? codecs::active_kernels().convert(src, out_dtype) : nullptr;
-  const unsigned threads = need >= 4 * kChunkBytes ? ck.threads() : 1;
+  const unsigned threads = need >= 4 * kChunkBytes && !cold ? ck.threads() : 1;
   parallel_for(tasks, threads, [&](size_t task) {
     const uint64_t o = task / per_run, c = task % per_run;
     const uint64_t first = c * chunk, count = std::min(chunk, run - first);

@@ -1,10 +1,16 @@
 // Reader behaviour on synthetic checkpoints written with SafetensorsWriter: slices against an
 // index-math reference, threads, io modes, caller-buffer contract, truncation after open.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "codecs/half.hpp"
 #include "ctstream/ctstream.hpp"
 #include "helpers.hpp"
+#include "reader/internal.hpp"
 
 using namespace ctstream;
 namespace fs = std::filesystem;
@@ -151,6 +157,80 @@ TEST_CASE("pread mode, mmap mode and any thread count decode identically", "[rea
       }
     }
   }
+}
+
+namespace {
+// Drops the file's clean pages from the page cache; returns how many of its pages are still
+// resident, by mincore of a mapping of our own (0 unless the file system keeps them: tmpfs).
+size_t evict(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  const size_t size = fs::file_size(p), page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  REQUIRE(m != MAP_FAILED);
+  std::vector<unsigned char> vec((size + page - 1) / page);
+  REQUIRE(::mincore(m, size, vec.data()) == 0);
+  ::munmap(m, size);
+  ::close(fd);
+  size_t resident = 0;
+  for (unsigned char v : vec) resident += v & 1;
+  return resident;
+}
+// Whether this kernel answers cachestat (Linux 6.5+; not under qemu-user): in pread mode
+// File::cached has nothing else to ask and says true.
+bool cachestat_works(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  uint64_t range[2] = {0, 4096}, stat[5] = {};
+  const bool ok = ::syscall(451, fd, range, stat, 0) == 0;  // __NR_cachestat, as in io/file.cpp
+  ::close(fd);
+  return ok;
+}
+}  // namespace
+
+TEST_CASE("dense copies of evicted files equal the stored bytes; File::cached tells them from resident ones",
+          "[reader][io]") {
+  // A plain copy of a tensor whose pages are not in the page cache is read by one thread in small
+  // pieces (reader/decode_dense.cpp), a resident one split across threads: both must give the
+  // stored bytes, whole and sliced, in both io modes.
+  th::TempDir tmp("cold");
+  const Synth big = make("big", DType::F32, {1536, 2048}, 11);  // 12 MiB: above the 4 MiB split threshold
+  const auto p = write(tmp.path / "m.safetensors", {make("s", DType::F16, {5}, 12), big});
+  OpenOptions one;
+  one.threads = 1;
+  const auto ref = Checkpoint::open(p, one);
+  const std::vector<std::byte> whole = decode(ref, "big", DType::F32);
+  REQUIRE(whole == big.data);
+  const auto rows = decode(ref, "big", DType::F32, Slice{0, 7, 1500}),
+             cols = decode(ref, "big", DType::F32, Slice{1, 3, 2000});
+  for (IoMode io : {IoMode::mmap, IoMode::pread})
+    for (unsigned threads : {1u, 2u}) {
+      INFO("io " << int(io) << " threads " << threads);
+      OpenOptions o;
+      o.io = io;
+      o.threads = threads;
+      const auto c = Checkpoint::open(p, o);
+      const bool cold_known = evict(p) == 0 && (io == IoMode::mmap || cachestat_works(p));
+      const TensorInfo& t = c.at("big");
+      const io::File& f = c.impl().file_of(t.parts.front());
+      const uint64_t at = t.parts.front().offset, n = t.parts.front().nbytes;
+      if (cold_known) {  // the pages are gone, and File::cached can tell
+        CHECK_FALSE(f.cached(at, n));
+        std::vector<std::byte> head(64 << 10);  // a partly resident range is not cached
+        f.read_at(at, head);
+        CHECK(f.cached(at, head.size()));
+        CHECK_FALSE(f.cached(at, n));
+      }
+      CHECK(decode(c, "big", DType::F32) == whole);
+      CHECK(f.cached(at, n));  // just read
+      CHECK(f.cached(at + n / 2, 1));
+      evict(p);
+      CHECK(decode(c, "big", DType::F32, Slice{0, 7, 1500}) == rows);
+      evict(p);
+      CHECK(decode(c, "big", DType::F32, Slice{1, 3, 2000}) == cols);
+    }
 }
 
 TEST_CASE("a file truncated after open gives an error, not SIGBUS", "[reader][io]") {
