@@ -8,11 +8,6 @@
 namespace ctstream::reader {
 namespace {
 constexpr uint64_t kChunkBytes = 1ull << 20;  // per task, in source bytes
-// A plain copy of bytes not all in the page cache: one thread, pieces of this size. The kernel's
-// readahead then follows one sequential stream ahead of the copy; two threads' interleaved 1 MiB
-// reads of the same file, or one thread's 8 MiB ones, measured slower cold (bench/RESULTS.md, "Cold
-// loads: dense tensors").
-constexpr uint64_t kColdChunkBytes = 256ull << 10;
 }  // namespace
 
 namespace {
@@ -75,12 +70,16 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const DecodePlan& plan, std::s
   const bool direct_read = !convert;
   const uint64_t first = p.offset + g.start * g.inner * in_sz,
                  last = p.offset + ((g.outer - 1) * g.dim + g.start) * g.inner * in_sz + run * in_sz;
-  // Cold or warm, from the range's first and last MiB (a page-cache lookup of every page of a large
-  // embedding costs ~40 us per 64 MiB; a tensor's pages come and go together, read or evicted).
+  // A plain copy of bytes not in the page cache is read by one thread: the kernel's readahead then
+  // follows one sequential stream ahead of it, where two threads' interleaved 1 MiB reads of the
+  // same file measured slower cold (small models, 2 threads: bench/RESULTS.md, "Cold loads: dense
+  // copies"); resident bytes split across threads. Cold or warm from the range's first and last MiB
+  // (a lookup of every page of a large embedding costs ~40 us per 64 MiB; a tensor's pages come and
+  // go together, read or evicted).
   const io::File& f = ck.file_of(p);
   const bool cold = direct_read && need >= 4 * kChunkBytes &&
                     !(f.cached(first, kChunkBytes) && f.cached(last - kChunkBytes, kChunkBytes));
-  const uint64_t chunk = std::max<uint64_t>(1, (cold ? kColdChunkBytes : kChunkBytes) / in_sz);
+  const uint64_t chunk = std::max<uint64_t>(1, kChunkBytes / in_sz);
   const uint64_t per_run = (run + chunk - 1) / chunk;
   const uint64_t tasks = g.outer * per_run;
   const codecs::ConvertFn fn = convert ? codecs::active_kernels().convert(src, out_dtype) : nullptr;

@@ -192,8 +192,8 @@ bool cachestat_works(const fs::path& p) {
 
 TEST_CASE("dense copies of evicted files equal the stored bytes; File::cached tells them from resident ones",
           "[reader][io]") {
-  // A plain copy of a tensor whose pages are not in the page cache is read by one thread in small
-  // pieces (reader/decode_dense.cpp), a resident one split across threads: both must give the
+  // A plain copy of a tensor whose pages are not in the page cache is read by one thread
+  // (reader/decode_dense.cpp), a resident one split across threads: both must give the
   // stored bytes, whole and sliced, in both io modes.
   th::TempDir tmp("cold");
   const Synth big = make("big", DType::F32, {1536, 2048}, 11);  // 12 MiB: above the 4 MiB split threshold
