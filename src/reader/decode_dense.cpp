@@ -68,8 +68,8 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const DecodePlan& plan, std::s
   // Plain copies are read straight into the caller's memory (pread: no pages mapped into the
   // process); conversions read 1 MiB chunks into per-thread scratch.
   const bool direct_read = !convert;
-  const uint64_t first = p.offset + g.start * g.inner * in_sz,
-                 last = p.offset + ((g.outer - 1) * g.dim + g.start) * g.inner * in_sz + run * in_sz;
+  const uint64_t range_begin = p.offset + g.start * g.inner * in_sz,  // the bytes this copy reads
+      range_end = p.offset + ((g.outer - 1) * g.dim + g.start) * g.inner * in_sz + run * in_sz;
   // A plain copy of bytes not in the page cache is read by one thread: the kernel's readahead then
   // follows one sequential stream ahead of it, where two threads' interleaved 1 MiB reads of the
   // same file measured slower cold (small models, 2 threads: bench/RESULTS.md, "Cold loads: dense
@@ -78,7 +78,7 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const DecodePlan& plan, std::s
   // go together, read or evicted).
   const io::File& f = ck.file_of(p);
   const bool cold = direct_read && need >= 4 * kChunkBytes &&
-                    !(f.cached(first, kChunkBytes) && f.cached(last - kChunkBytes, kChunkBytes));
+                    !(f.cached(range_begin, kChunkBytes) && f.cached(range_end - kChunkBytes, kChunkBytes));
   const uint64_t chunk = std::max<uint64_t>(1, kChunkBytes / in_sz);
   const uint64_t per_run = (run + chunk - 1) / chunk;
   const uint64_t tasks = g.outer * per_run;

@@ -765,7 +765,7 @@ size_t pow2_e4m3_run(const uint8_t* codes, size_t cols, const float* scale, size
   constexpr size_t osz = O == kF32 ? 4 : 2;
   auto* o = static_cast<unsigned char*>(out);
   const E4m3Tables by_r[2] = {e4m3_tables(1.f), e4m3_tables(2.f)};
-  const __m256i h = e4m3_h(), m0 = _mm256_setr_epi64x(0xFF, 0, 0xFF, 0);  // byte 0 of each lane: Z's m = 0
+  const __m256i h_table = e4m3_h(), m0 = _mm256_setr_epi64x(0xFF, 0, 0xFF, 0);  // byte 0 of each lane: Z's m = 0
   size_t j = 0;
   for (; j + 32 <= cols; j += 32) {
     _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(codes) + j + x86::kCodesAhead), _MM_HINT_T0);
@@ -776,7 +776,7 @@ size_t pow2_e4m3_run(const uint8_t* codes, size_t cols, const float* scale, size
     const __m256i d = _mm256_set1_epi8(static_cast<char>((k - r) / 2));
     E4m3Tables t = by_r[r];
     t.z.hi = _mm256_sub_epi8(t.z.hi, _mm256_and_si256(d, m0));
-    if (e4m3_step32<O, NT>(codes + j, t, o + j * osz, _mm256_add_epi8(h, d))) continue;
+    if (e4m3_step32<O, NT>(codes + j, t, o + j * osz, _mm256_add_epi8(h_table, d))) continue;
     for (size_t h = j; h < j + 32; h += 16)  // a NaN code: the arithmetic (a finite scale, no NaN patch)
       byte_chunk16<N, O, false, true, NT, false>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + h)),
                                                  _mm256_set1_ps(sc * 256.f), _mm256_setzero_ps(), true, o + h * osz);
