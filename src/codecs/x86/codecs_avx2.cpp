@@ -772,9 +772,9 @@ size_t pow2_e4m3_run(const uint8_t* codes, size_t cols, const float* scale, size
     const float sc = scale[j / gs];
     uint32_t b;
     __builtin_memcpy(&b, &sc, 4);
-    const int k = static_cast<int>(b >> 23) - 127, r = k & 1;
-    const __m256i d = _mm256_set1_epi8(static_cast<char>((k - r) / 2));
-    E4m3Tables t = by_r[r];
+    const int k = static_cast<int>(b >> 23) - 127;
+    const __m256i d = _mm256_set1_epi8(static_cast<char>(k >> 1));  // (k - r) / 2, r = k & 1
+    E4m3Tables t = by_r[k & 1];
     t.z.hi = _mm256_sub_epi8(t.z.hi, _mm256_and_si256(d, m0));
     if (e4m3_step32<O, NT>(codes + j, t, o + j * osz, _mm256_add_epi8(h_table, d))) continue;
     for (size_t h = j; h < j + 32; h += 16)  // a NaN code: the arithmetic (a finite scale, no NaN patch)
