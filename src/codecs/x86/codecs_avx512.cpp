@@ -625,12 +625,16 @@ inline const ByteTable& unit_e4m3_table() {  // built once per process, on first
 template <bool NT>
 void pow2_run(const uint8_t* codes, size_t cols, const float* scale, size_t gs, uint16_t* o) {
   const ByteTable& t = unit_e4m3_table();
-  const auto shift = [&](size_t col) {  // k << 7 of the group of column col
+  const auto shift = [&](size_t group) {  // k << 7 of that group
     uint32_t b;
-    __builtin_memcpy(&b, scale + col / gs, 4);
+    __builtin_memcpy(&b, scale + group, 4);
     return _mm512_set1_epi16(static_cast<short>((static_cast<int>(b >> 23) - 127) * 128));
   };
+  // The group of column j, and where it ends, kept as j steps (no division per step); gs >= 32, so
+  // column j + 32 is in that group or the next.
+  size_t g = 0, g_end = gs;
   for (size_t j = 0; j < cols; j += 64) {
+    while (j >= g_end) ++g, g_end += gs;
     const unsigned n = cols - j < 64 ? static_cast<unsigned>(cols - j) : 64;
     _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(codes) + j + x86::kCodesAhead), _MM_HINT_T0);
     const __m512i c = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, n), codes + j);
@@ -640,8 +644,9 @@ void pow2_run(const uint8_t* codes, size_t cols, const float* scale, size_t gs, 
     const __mmask64 scaled =
         _mm512_test_epi8_mask(c, _mm512_set1_epi8(0x7F)) &
         ~_mm512_cmpeq_epi8_mask(_mm512_or_si512(c, _mm512_set1_epi8(static_cast<char>(0x80))), _mm512_set1_epi8(-1));
-    w0 = _mm512_mask_add_epi16(w0, static_cast<__mmask32>(scaled), w0, shift(j));
-    if (n > 32) w1 = _mm512_mask_add_epi16(w1, static_cast<__mmask32>(scaled >> 32), w1, shift(j + 32));
+    w0 = _mm512_mask_add_epi16(w0, static_cast<__mmask32>(scaled), w0, shift(g));
+    if (n > 32)
+      w1 = _mm512_mask_add_epi16(w1, static_cast<__mmask32>(scaled >> 32), w1, shift(j + 32 >= g_end ? g + 1 : g));
     store_words64<NT>(o + j, w0, w1, n);
   }
 }
