@@ -77,13 +77,14 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const DecodePlan& plan, std::s
   // (a lookup of every page of a large embedding costs ~40 us per 64 MiB; a tensor's pages come and
   // go together, read or evicted).
   const io::File& f = ck.file_of(p);
-  const bool cold = direct_read && need >= 4 * kChunkBytes &&
-                    !(f.cached(range_begin, kChunkBytes) && f.cached(range_end - kChunkBytes, kChunkBytes));
+  const bool large = need >= 4 * kChunkBytes;  // worth splitting across threads
+  const bool cold =
+      direct_read && large && !(f.cached(range_begin, kChunkBytes) && f.cached(range_end - kChunkBytes, kChunkBytes));
   const uint64_t chunk = std::max<uint64_t>(1, kChunkBytes / in_sz);
   const uint64_t per_run = (run + chunk - 1) / chunk;
   const uint64_t tasks = g.outer * per_run;
   const codecs::ConvertFn fn = convert ? codecs::active_kernels().convert(src, out_dtype) : nullptr;
-  const unsigned threads = need >= 4 * kChunkBytes && !cold ? ck.threads() : 1;
+  const unsigned threads = large && !cold ? ck.threads() : 1;
   parallel_for(tasks, threads, [&](size_t task) {
     const uint64_t o = task / per_run, c = task % per_run;
     const uint64_t first = c * chunk, count = std::min(chunk, run - first);

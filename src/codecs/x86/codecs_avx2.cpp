@@ -1018,19 +1018,7 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
     if (g1 != cols && !fits(g1 - 32)) return g0;
     if (last == g0 || !fits(g0)) return g0;
     size_t j = g0;
-    if constexpr (O == kF32 && kWords) {
-      const Table16 tab =
-          table16<kBF16, kBF16>(group_values<ZP>(_mm256_load_ps(lut), _mm256_load_ps(lut + 8), scale, zp, g));
-      float* f = static_cast<float*>(out);
-      if (two)
-        for (; j < last && fits(j); j += 32) packed_table16_f32<NT>(packed_idx2(words + j / 4), tab, f + j);
-      else if (narrow)
-        for (; j < last && fits(j); j += 32)
-          packed_table16_f32<NT>(packed_idx_narrow(words + j / 8 * bits, bits, ctl), tab, f + j);
-      else
-        for (; j < last && fits(j); j += 32)
-          packed_table16_f32<NT>(packed_idx(words + j / 8 * bits, bits, ctl), tab, f + j);
-    } else if constexpr (O == kF32) {
+    if constexpr (!kWords) {
       const Lanes t = group_values<ZP>(_mm256_load_ps(lut), _mm256_load_ps(lut + 8), scale, zp, g);
       const __m256 tab_lo = natural_image<N>(t.a), tab_hi = natural_image<N>(t.b);
       if (narrow)
@@ -1041,20 +1029,22 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
         for (; j < last && fits(j); j += 32)
           packed_table32<NT>(unpack32(words + j / 8 * bits, bits, ctl), tab_lo, tab_hi, static_cast<float*>(out) + j);
     } else {
+      // The word tables: of the 16-bit output, or of the bf16 product an f32 output widens.
+      constexpr Kind TN = O == kF32 ? kBF16 : N, TO = O == kF32 ? kBF16 : O;
       Table16 tab[T];
       for (unsigned k = 0; k < T; ++k)
-        tab[k] = table16<N, O>(
+        tab[k] = table16<TN, TO>(
             group_values<ZP>(_mm256_load_ps(lut + 16 * k), _mm256_load_ps(lut + 16 * k + 8), scale, zp, g));
+      const auto put = [&](__m256i idx) {  // the 32 columns at j
+        if constexpr (O == kF32) packed_table16_f32<NT>(idx, tab[0], static_cast<float*>(out) + j);
+        else packed_table16<T, NT>(idx, tab, static_cast<uint16_t*>(out) + j);
+      };
       if (two)
-        for (; j < last && fits(j); j += 32)
-          packed_table16<T, NT>(packed_idx2(words + j / 4), tab, static_cast<uint16_t*>(out) + j);
+        for (; j < last && fits(j); j += 32) put(packed_idx2(words + j / 4));
       else if (narrow)
-        for (; j < last && fits(j); j += 32)
-          packed_table16<T, NT>(packed_idx_narrow(words + j / 8 * bits, bits, ctl), tab,
-                                static_cast<uint16_t*>(out) + j);
+        for (; j < last && fits(j); j += 32) put(packed_idx_narrow(words + j / 8 * bits, bits, ctl));
       else
-        for (; j < last && fits(j); j += 32)
-          packed_table16<T, NT>(packed_idx(words + j / 8 * bits, bits, ctl), tab, static_cast<uint16_t*>(out) + j);
+        for (; j < last && fits(j); j += 32) put(packed_idx(words + j / 8 * bits, bits, ctl));
     }
     if (j < g1) return j;  // the row's last group: its rest
   }
