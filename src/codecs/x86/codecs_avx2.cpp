@@ -315,15 +315,17 @@ struct Table16 {
   const __m256i q = _mm256_permute4x64_epi64(split, 0xD8);
   return {_mm256_permute2x128_si256(q, q, 0x00), _mm256_permute2x128_si256(q, q, 0x11)};
 }
-template <Kind N, Kind O>
+// NaN = false: no value is a NaN (a finite scale and zero point times finite code values), so
+// the rounding skips its NaN patch.
+template <Kind N, Kind O, bool NaN = true>
 [[gnu::always_inline]] inline Table16 table16(Lanes t) {
   __m256i w;  // the 16 words in order
   if constexpr (O == kBF16) {
-    w = _mm256_permute4x64_epi64(
-        _mm256_packus_epi32(_mm256_srli_epi32(out_bf16_hi<N>(t.a), 16), _mm256_srli_epi32(out_bf16_hi<N>(t.b), 16)),
-        0xD8);
+    w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(out_bf16_hi<N, NaN>(t.a), 16),
+                                                     _mm256_srli_epi32(out_bf16_hi<N, NaN>(t.b), 16)),
+                                 0xD8);
   } else {
-    w = _mm256_set_m128i(out_f16<N>(t.b), out_f16<N>(t.a));
+    w = _mm256_set_m128i(out_f16<N, NaN>(t.b), out_f16<N, NaN>(t.a));
   }
   return table16_of_words(w);
 }
@@ -630,6 +632,17 @@ inline bool split_factors_exact(float scale, const float* zp) {
   // scale * 2^-24 stays normal (or is a zero); zp * 2^24 stays finite (zeros and subnormals scale up exactly)
   return ((se >= 25 && se != 0xFF) || (s & 0x7FFFFFFFu) == 0) && ze <= 0xFE - 24;
 }
+// The bf16 RNE of even-column products pe and odd-column ones po (finite factors), interleaved:
+// 16 columns at o.
+template <bool NT>
+[[gnu::always_inline]] inline void bf16_pairs(__m256 pe, __m256 po, void* o) {
+  const __m256i e = _mm256_castps_si256(pe), d1 = _mm256_castps_si256(po);
+  const __m256i e_hi = _mm256_srli_epi32(e, 16), d1_lo = _mm256_slli_epi32(d1, 16);  // locals: a macro in clang
+  const __m256i hi = _mm256_blend_epi16(e_hi, d1, 0xAA), lo = _mm256_blend_epi16(e, d1_lo, 0xAA);
+  const __m256i t = _mm256_adds_epi16(_mm256_xor_si256(lo, _mm256_set1_epi16(static_cast<short>(0x8000))),
+                                      _mm256_and_si256(hi, _mm256_set1_epi16(1)));
+  put256<NT>(o, _mm256_sub_epi16(hi, _mm256_cmpgt_epi16(t, _mm256_setzero_si256())));
+}
 template <bool ZP, bool NT>
 [[gnu::always_inline]] inline void int8_chunk16_split(__m128i bytes, __m256 s_even, __m256 s_odd, __m256 z_even,
                                                       __m256 z_odd, void* o) {
@@ -640,12 +653,7 @@ template <bool ZP, bool NT>
     pe = _mm256_sub_ps(pe, z_even);
     po = _mm256_sub_ps(po, z_odd);
   }
-  const __m256i e = _mm256_castps_si256(_mm256_mul_ps(pe, s_even)), d1 = _mm256_castps_si256(_mm256_mul_ps(po, s_odd));
-  const __m256i e_hi = _mm256_srli_epi32(e, 16), d1_lo = _mm256_slli_epi32(d1, 16);  // locals: a macro in clang
-  const __m256i hi = _mm256_blend_epi16(e_hi, d1, 0xAA), lo = _mm256_blend_epi16(e, d1_lo, 0xAA);
-  const __m256i t = _mm256_adds_epi16(_mm256_xor_si256(lo, _mm256_set1_epi16(static_cast<short>(0x8000))),
-                                      _mm256_and_si256(hi, _mm256_set1_epi16(1)));
-  put256<NT>(o, _mm256_sub_epi16(hi, _mm256_cmpgt_epi16(t, _mm256_setzero_si256())));
+  bf16_pairs<NT>(_mm256_mul_ps(pe, s_even), _mm256_mul_ps(po, s_odd), o);
 }
 
 // E4M3 -> bf16 by 16-entry tables (no zero points; a bf16 output of a bf16 or f32 product, one
@@ -992,6 +1000,25 @@ template <bool NT>
   put256<NT>(o + 16, lut_lookup(_mm256_cvtepu8_epi32(u1), tab_lo, tab_hi));
   put256<NT>(o + 24, lut_lookup(_mm256_cvtepu8_epi32(_mm_srli_si128(u1, 8)), tab_lo, tab_hi));
 }
+// 5-bit codes without zero points, bf16 outputs of a bf16 or f32 product: the table of codes 0-15
+// (values q = u - 16 = -16 .. -1) from that of codes 16-31 (q = 0 .. 15). RNE is symmetric, so
+// bf16(-x s) is bf16(x s) with the sign bit flipped (+0x80 to the high byte), entry u that of
+// 16 - u; and bf16(-16 s) is -16 bf16(s): entry 1 plus 4 << 7 (+2 to the high byte), while s and
+// 16 bf16(s) are normal and finite -- exponent field 1 .. 249 (bf16(s) may round up one binade).
+inline bool int5_mirror_scale(float scale) {
+  uint32_t s;
+  __builtin_memcpy(&s, &scale, 4);
+  const uint32_t e = (s >> 23) & 0xFF;
+  return e >= 1 && e <= 249;
+}
+[[gnu::always_inline]] inline Table16 int5_mirror(const Table16& t) {
+  const __m256i rev = _mm256_setr_epi8(1, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1,  //
+                                       1, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+  const __m256i adj = _mm256_setr_epi8(
+      -126, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,  //
+      -126, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128);
+  return {_mm256_shuffle_epi8(t.lo, rev), _mm256_add_epi8(_mm256_shuffle_epi8(t.hi, rev), adj)};
+}
 // Columns from 0 through T tables of 16 entries (T = 1 for f32), 32 a step, while the step's loads
 // stay inside the row's bytes (group size a multiple of 32); returns the columns done: a group's
 // first column, or in the row's last group any multiple of 32, so that the columns left lie in
@@ -1032,9 +1059,20 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
       // The word tables: of the 16-bit output, or of the bf16 product an f32 output widens.
       constexpr Kind TN = O == kF32 ? kBF16 : N, TO = O == kF32 ? kBF16 : O;
       Table16 tab[T];
-      for (unsigned k = 0; k < T; ++k)
-        tab[k] = table16<TN, TO>(
+      const auto build = [&](unsigned k, auto no_nan) {
+        return table16<TN, TO, !decltype(no_nan)::value>(
             group_values<ZP>(_mm256_load_ps(lut + 16 * k), _mm256_load_ps(lut + 16 * k + 8), scale, zp, g));
+      };
+      simd::with_flag(finite(scale[g]) && (!ZP || finite(zp[g])), [&](auto no_nan) {
+        if constexpr (T == 2 && TO == kBF16 && TN != kF16 && !ZP) {
+          if (int5_mirror_scale(scale[g])) {
+            tab[1] = build(1, no_nan);
+            tab[0] = int5_mirror(tab[1]);
+            return;
+          }
+        }
+        for (unsigned k = 0; k < T; ++k) tab[k] = build(k, no_nan);
+      });
       const auto put = [&](__m256i idx) {  // the 32 columns at j
         if constexpr (O == kF32) packed_table16_f32<NT>(idx, tab[0], static_cast<float*>(out) + j);
         else packed_table16<T, NT>(idx, tab, static_cast<uint16_t*>(out) + j);
@@ -1047,6 +1085,109 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
         for (; j < last && fits(j); j += 32) put(packed_idx(words + j / 8 * bits, bits, ctl));
     }
     if (j < g1) return j;  // the row's last group: its rest
+  }
+  return cols;
+}
+
+// ---------------------------------------------------------------- fused packed int5-7 -> bf16
+//
+// int8_chunk16_split's arithmetic on codes of b = 5..7 bits taken straight from their stream, 16
+// columns (2b bytes) a step. Dword i of a step holds codes 2i and 2i + 1, stream bits [2bi, 2bi + 2b):
+// vpshufb puts the three bytes from floor(2bi / 8) in its low bytes (the top one zero), so with
+// r = 2bi % 8 code 2i is its bits [r, r + b) and code 2i + 1 its bits [r + b, r + 2b), below bit 21.
+// Masked in place they are u 2^r and u' 2^(r + b), exact as int32 and as f32. A lane's 8 codes are
+// whole bytes (8b bits), so r, the masks and the powers of two are the same every step. A code's
+// value is u - 2^(b-1): with c = 2^(b-1) + zp, (u 2^k - c 2^k) (s 2^-k) is the same real number as
+// (q - zp) s (one rounding to f32, then bf16_pairs), while c is an integer -- zero points that are
+// integers of magnitude <= 2^20: c 2^k and the difference, an integer below 2^24, are exact -- and
+// s 2^-k is exact: exponent field >= 15 (k <= 6 + 7), or a zero. Other groups return to the
+// caller's two-pass path. Against that path (unpack_int8, then the 8-bit kernel) it saves the int8
+// row's store and reload and the 16-bit unpack: 19 vector operations per 16 columns instead of 27.
+struct SplitCtl {
+  __m256i shuf, even, odd;  // the dwords' bytes; codes 2i and 2i + 1 in place
+  __m256 down_e, down_o;    // 2^-r, 2^-(r + b)
+  __m256 up_e, up_o;        // 2^r, 2^(r + b)
+};
+inline SplitCtl split_ctl(unsigned bits) {
+  alignas(32) uint8_t shuf[32];
+  alignas(32) int32_t even[8], odd[8];
+  alignas(32) float down_e[8], down_o[8], up_e[8], up_o[8];
+  for (unsigned i = 0; i < 8; ++i) {
+    const unsigned bit = 2 * bits * i, r = bit % 8;  // lane 1's bytes: 8..15 of the broadcast
+    for (unsigned k = 0; k < 4; ++k) shuf[4 * i + k] = static_cast<uint8_t>(k < 3 ? bit / 8 + k : 0x80);
+    even[i] = static_cast<int32_t>(((1u << bits) - 1) << r);
+    odd[i] = even[i] << bits;
+    up_e[i] = static_cast<float>(1u << r);
+    up_o[i] = static_cast<float>(1u << (r + bits));
+    down_e[i] = 1.f / up_e[i];
+    down_o[i] = 1.f / up_o[i];
+  }
+  const auto ld = [](const void* p) { return _mm256_load_si256(static_cast<const __m256i*>(p)); };
+  return {ld(shuf),
+          ld(even),
+          ld(odd),
+          _mm256_load_ps(down_e),
+          _mm256_load_ps(down_o),
+          _mm256_load_ps(up_e),
+          _mm256_load_ps(up_o)};
+}
+inline bool packed_split_exact(float scale, float zp) {
+  uint32_t s;
+  __builtin_memcpy(&s, &scale, 4);
+  const uint32_t se = (s >> 23) & 0xFF;
+  return ((se >= 15 && se != 0xFF) || (s & 0x7FFFFFFFu) == 0) && zp >= -0x1p20f && zp <= 0x1p20f &&
+         static_cast<float>(static_cast<int32_t>(zp)) == zp;
+}
+// 16 columns at o from the 16 bytes at p (the step's 2b and what follows). Fma: the products as
+// u 2^k (s 2^-k) - c s in one rounding, the same real number, for groups where c s is exact and s
+// positive (an exact zero sum is +0, as is 0 * s only for s > 0); else (u 2^k - c 2^k) (s 2^-k),
+// ce and co being c 2^k and cs unused.
+template <bool Fma, bool NT>
+[[gnu::always_inline]] inline void packed_split16(const uint8_t* p, const SplitCtl& k, __m256 se, __m256 so, __m256 ce,
+                                                  __m256 co, __m256 cs, void* o) {
+  const __m256i w =
+      _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), k.shuf);
+  const __m256 e = _mm256_cvtepi32_ps(_mm256_and_si256(w, k.even)), d = _mm256_cvtepi32_ps(_mm256_and_si256(w, k.odd));
+  if constexpr (Fma) bf16_pairs<NT>(_mm256_fmsub_ps(e, se, cs), _mm256_fmsub_ps(d, so, cs), o);
+  else bf16_pairs<NT>(_mm256_mul_ps(_mm256_sub_ps(e, ce), se), _mm256_mul_ps(_mm256_sub_ps(d, co), so), o);
+}
+// Whole groups from column 0 while packed_split_exact holds (group sizes that keep a step's 16
+// columns in one group and its codes on a byte: multiples of 16, or one group); returns the
+// columns done, a group's first column. Steps whose 16-byte load would pass the row's bytes (the
+// row's last one or two) read a zero-padded stack copy, and a step of fewer columns writes
+// through a stack buffer.
+template <bool ZP, bool NT>
+size_t packed_split_run(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
+                        size_t gs, void* out) {
+  if (gs == 0 || (gs % 16 != 0 && gs < cols)) return 0;
+  const SplitCtl k = split_ctl(bits);
+  const uint64_t nbytes = (cols * bits + 7) / 8;
+  auto* o = static_cast<uint16_t*>(out);
+  for (size_t g = 0, g0 = 0; g0 < cols; ++g, g0 += gs) {
+    const size_t g1 = cols - g0 > gs ? g0 + gs : cols;
+    const float z = ZP ? zp[g] : 0.f;
+    if (!packed_split_exact(scale[g], z)) return g0;
+    const __m256 s = _mm256_set1_ps(scale[g]), c = _mm256_set1_ps(static_cast<float>(1u << (bits - 1)) + z);
+    const __m256 se = _mm256_mul_ps(s, k.down_e), so = _mm256_mul_ps(s, k.down_o);
+    const __m256 ce = _mm256_mul_ps(c, k.up_e), co = _mm256_mul_ps(c, k.up_o);
+    const float cf = static_cast<float>(1u << (bits - 1)) + z, cs = cf * scale[g];
+    // c s exact: no residue, and s normal with |c| >= 1 (or c = 0) keeps it above the subnormals
+    const bool fma = scale[g] > 0.f && finite(cs) && __builtin_fmaf(cf, scale[g], -cs) == 0.f;
+    const __m256 ncs = _mm256_set1_ps(cs);
+    size_t j = g0;
+    simd::with_flag(fma, [&](auto f) {
+      constexpr bool F = decltype(f)::value;
+      for (; j + 16 <= g1 && j / 8 * bits + 16 <= nbytes; j += 16)
+        packed_split16<F, NT>(words + j / 8 * bits, k, se, so, ce, co, ncs, o + j);
+      for (; j < g1; j += 16) {
+        const uint64_t at = j / 8 * bits;
+        alignas(16) uint8_t in[16] = {};
+        alignas(32) uint16_t tmp[16];
+        for (uint64_t b = 0; b < sizeof in && at + b < nbytes; ++b) in[b] = words[at + b];
+        packed_split16<F, false>(in, k, se, so, ce, co, ncs, tmp);
+        for (size_t m = 0; m < 16 && j + m < g1; ++m) o[j + m] = tmp[m];
+      }
+    });
   }
   return cols;
 }
@@ -1156,6 +1297,8 @@ void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const floa
           done = packed_groups<N, O, Z, NT, 1>(words, bits, cols, scale, zp, gs, out);
         } else if constexpr (O != kF32) {
           if (bits == 5) done = packed_groups<N, O, Z, NT, 2>(words, bits, cols, scale, zp, gs, out);
+          else if constexpr (O == kBF16 && N != kF16)
+            done = packed_split_run<Z, NT>(words, bits, cols, scale, zp, gs, out);
         }
       });
     });
