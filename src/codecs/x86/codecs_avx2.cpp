@@ -1114,7 +1114,8 @@ inline SplitCtl split_ctl(unsigned bits) {
   alignas(32) float down_e[8], down_o[8], up_e[8], up_o[8];
   for (unsigned i = 0; i < 8; ++i) {
     const unsigned bit = 2 * bits * i, r = bit % 8;  // lane 1's bytes: 8..15 of the broadcast
-    for (unsigned k = 0; k < 4; ++k) shuf[4 * i + k] = static_cast<uint8_t>(k < 3 ? bit / 8 + k : 0x80);
+    for (unsigned k = 0; k < 4; ++k)                 // 8-bit codes: two bytes (the 16th is the step's last)
+      shuf[4 * i + k] = static_cast<uint8_t>(k < 3 && bit / 8 + k < 16 ? bit / 8 + k : 0x80);
     even[i] = static_cast<int32_t>(((1u << bits) - 1) << r);
     odd[i] = even[i] << bits;
     up_e[i] = static_cast<float>(1u << r);
@@ -1161,24 +1162,31 @@ size_t packed_split_run(const uint8_t* words, unsigned bits, size_t cols, const 
                         size_t gs, void* out) {
   if (gs == 0 || (gs % 16 != 0 && gs < cols)) return 0;
   const SplitCtl k = split_ctl(bits);
-  const uint64_t nbytes = (cols * bits + 7) / 8;
+  const uint64_t nbytes = (cols * bits + 7) / 8, step = 2ull * bits;
+  // steps 0 .. m load inside the row's bytes: m step + 16 <= nbytes
+  const size_t fit = nbytes < 16 ? 0 : static_cast<size_t>((nbytes - 16) / step + 1) * 16;
+  const float half = static_cast<float>(1u << (bits - 1));
   auto* o = static_cast<uint16_t*>(out);
   for (size_t g = 0, g0 = 0; g0 < cols; ++g, g0 += gs) {
-    const size_t g1 = cols - g0 > gs ? g0 + gs : cols;
-    const float z = ZP ? zp[g] : 0.f;
-    if (!packed_split_exact(scale[g], z)) return g0;
-    const __m256 s = _mm256_set1_ps(scale[g]), c = _mm256_set1_ps(static_cast<float>(1u << (bits - 1)) + z);
-    const __m256 se = _mm256_mul_ps(s, k.down_e), so = _mm256_mul_ps(s, k.down_o);
-    const __m256 ce = _mm256_mul_ps(c, k.up_e), co = _mm256_mul_ps(c, k.up_o);
-    const float cf = static_cast<float>(1u << (bits - 1)) + z, cs = cf * scale[g];
+    const size_t g1 = cols - g0 > gs ? g0 + gs : cols, whole = g1 < fit ? g1 : fit;
+    const float sc = scale[g], z = ZP ? zp[g] : 0.f;
+    if (!packed_split_exact(sc, z)) return g0;
+    const float c = half + z, cs = c * sc;
     // c s exact: no residue, and s normal with |c| >= 1 (or c = 0) keeps it above the subnormals
-    const bool fma = scale[g] > 0.f && finite(cs) && __builtin_fmaf(cf, scale[g], -cs) == 0.f;
-    const __m256 ncs = _mm256_set1_ps(cs);
+    const bool fma = sc > 0.f && finite(cs) && __builtin_fmaf(c, sc, -cs) == 0.f;
+    const __m256 s = _mm256_set1_ps(sc), se = _mm256_mul_ps(s, k.down_e), so = _mm256_mul_ps(s, k.down_o);
     size_t j = g0;
     simd::with_flag(fma, [&](auto f) {
       constexpr bool F = decltype(f)::value;
-      for (; j + 16 <= g1 && j / 8 * bits + 16 <= nbytes; j += 16)
-        packed_split16<F, NT>(words + j / 8 * bits, k, se, so, ce, co, ncs, o + j);
+      __m256 ce = _mm256_setzero_ps(), co = ce, ncs = ce;
+      if constexpr (F) {
+        ncs = _mm256_set1_ps(cs);
+      } else {
+        ce = _mm256_mul_ps(_mm256_set1_ps(c), k.up_e);
+        co = _mm256_mul_ps(_mm256_set1_ps(c), k.up_o);
+      }
+      for (const uint8_t* p = words + j / 8 * bits; j + 16 <= whole; j += 16, p += step)
+        packed_split16<F, NT>(p, k, se, so, ce, co, ncs, o + j);
       for (; j < g1; j += 16) {
         const uint64_t at = j / 8 * bits;
         alignas(16) uint8_t in[16] = {};
@@ -1291,7 +1299,12 @@ void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const floa
         constexpr Kind N = decltype(n)::value, O = decltype(o)::value;
         constexpr bool Z = decltype(z)::value, NT = decltype(nt)::value;
         if (bits == 8) {
-          byte_run<N, O, Z, false, NT, 0x80>(words, cols, scale, zp, gs, memo, out);
+          if constexpr (O == kBF16 && N != kF16) done = packed_split_run<Z, NT>(words, bits, cols, scale, zp, gs, out);
+          if (done < cols) {
+            const size_t g = done / (gs ? gs : 1);
+            byte_run<N, O, Z, false, NT, 0x80>(words + done, cols - done, scale + g, Z ? zp + g : zp, gs, memo,
+                                               static_cast<unsigned char*>(out) + done * (O == kF32 ? 4 : 2));
+          }
           done = cols;
         } else if (bits <= 4) {
           done = packed_groups<N, O, Z, NT, 1>(words, bits, cols, scale, zp, gs, out);
