@@ -606,7 +606,8 @@ template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, bool NaN = true>
     put256<NT>(o, _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8));
   } else if constexpr (O == kF16) {
     const __m128i h0 = out_f16<N, NaN>(p0), h1 = out_f16<N, NaN>(p1);  // locals: a macro in clang, as above
-    put256<NT>(o, _mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
+    put128<NT>(o, h0);  // two 16-byte stores: no vinserti128
+    put128<NT>(static_cast<uint16_t*>(o) + 8, h1);
   } else {
     put256<NT>(o, natural_image<N, NaN>(p0));
     put256<NT>(static_cast<float*>(o) + 8, natural_image<N, NaN>(p1));
@@ -730,12 +731,12 @@ template <Kind O, bool NT>
     put256<NT>(f + 24, _mm256_unpackhi_epi16(zero, w1));
   } else if constexpr (O == kF16) {  // the f32 image rounded to f16, as out_f16<kBF16>
     const __m256i zero = _mm256_setzero_si256();
-    const auto f16 = [&](__m256i lo, __m256i hi) {
-      return _mm256_set_m128i(_mm256_cvtps_ph(_mm256_castsi256_ps(hi), kRne),
-                              _mm256_cvtps_ph(_mm256_castsi256_ps(lo), kRne));
-    };
-    put256<NT>(o, f16(_mm256_unpacklo_epi16(zero, w0), _mm256_unpackhi_epi16(zero, w0)));
-    put256<NT>(static_cast<uint16_t*>(o) + 16, f16(_mm256_unpacklo_epi16(zero, w1), _mm256_unpackhi_epi16(zero, w1)));
+    uint16_t* h = static_cast<uint16_t*>(o);
+    const auto f16 = [&](__m256i w) { return _mm256_cvtps_ph(_mm256_castsi256_ps(w), kRne); };
+    put128<NT>(h, f16(_mm256_unpacklo_epi16(zero, w0)));
+    put128<NT>(h + 8, f16(_mm256_unpackhi_epi16(zero, w0)));
+    put128<NT>(h + 16, f16(_mm256_unpacklo_epi16(zero, w1)));
+    put128<NT>(h + 24, f16(_mm256_unpackhi_epi16(zero, w1)));
   } else {
     put256<NT>(o, w0);
     put256<NT>(static_cast<uint16_t*>(o) + 16, w1);
