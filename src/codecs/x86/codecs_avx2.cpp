@@ -606,7 +606,7 @@ template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, bool NaN = true>
     put256<NT>(o, _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8));
   } else if constexpr (O == kF16) {
     const __m128i h0 = out_f16<N, NaN>(p0), h1 = out_f16<N, NaN>(p1);  // locals: a macro in clang, as above
-    put128<NT>(o, h0);  // two 16-byte stores: no vinserti128
+    put128<NT>(o, h0);                                                 // two 16-byte stores: no vinserti128
     put128<NT>(static_cast<uint16_t*>(o) + 8, h1);
   } else {
     put256<NT>(o, natural_image<N, NaN>(p0));
@@ -939,7 +939,8 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
 // looked up (u is masked to b bits). 2-bit codes with 16-bit outputs take their indices straight
 // from their bytes (packed_idx2: a third of the operations of unpack16's multiply); 1- and 3-bit
 // codes unpack16's windows from one load (packed_idx_narrow). Six bits (four tables, three blends
-// per half) measured slower than the two-pass path, so b >= 6 stays there.
+// per half) measured slower than the two-pass path; b >= 6 goes to packed_split_run (bf16 outputs)
+// or the two passes. 5 bits without zero points, bf16 outputs: int5_mirror's second table.
 
 // 32 columns of 16-bit output from the codes at p: packed_idx's order makes the byte lookups
 // interleaved by unpacklo/hi_epi8 columns 0-15 and 16-31. pshufb reads index bits 3:0 (and 7,
@@ -1090,20 +1091,22 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
   return cols;
 }
 
-// ---------------------------------------------------------------- fused packed int5-7 -> bf16
+// ---------------------------------------------------------------- fused packed int6-8 -> bf16
 //
-// int8_chunk16_split's arithmetic on codes of b = 5..7 bits taken straight from their stream, 16
+// int8_chunk16_split's arithmetic on codes of b = 5..8 bits taken straight from their stream, 16
 // columns (2b bytes) a step. Dword i of a step holds codes 2i and 2i + 1, stream bits [2bi, 2bi + 2b):
-// vpshufb puts the three bytes from floor(2bi / 8) in its low bytes (the top one zero), so with
-// r = 2bi % 8 code 2i is its bits [r, r + b) and code 2i + 1 its bits [r + b, r + 2b), below bit 21.
-// Masked in place they are u 2^r and u' 2^(r + b), exact as int32 and as f32. A lane's 8 codes are
-// whole bytes (8b bits), so r, the masks and the powers of two are the same every step. A code's
-// value is u - 2^(b-1): with c = 2^(b-1) + zp, (u 2^k - c 2^k) (s 2^-k) is the same real number as
-// (q - zp) s (one rounding to f32, then bf16_pairs), while c is an integer -- zero points that are
-// integers of magnitude <= 2^20: c 2^k and the difference, an integer below 2^24, are exact -- and
-// s 2^-k is exact: exponent field >= 15 (k <= 6 + 7), or a zero. Other groups return to the
-// caller's two-pass path. Against that path (unpack_int8, then the 8-bit kernel) it saves the int8
-// row's store and reload and the 16-bit unpack: 19 vector operations per 16 columns instead of 27.
+// vpshufb puts the three bytes from floor(2bi / 8) in its low bytes (the top one zero; 8 bits: two),
+// so with r = 2bi % 8 code 2i is its bits [r, r + b) and code 2i + 1 its bits [r + b, r + 2b), below
+// bit 21. Masked in place they are u 2^r and u' 2^(r + b), exact as int32 and as f32. A lane's 8
+// codes are whole bytes (8b bits), so r, the masks and the powers of two are the same every step.
+// A code's value is u - 2^(b-1): with c = 2^(b-1) + zp, (u 2^k - c 2^k) (s 2^-k) is the same real
+// number as (q - zp) s (one rounding to f32, then bf16_pairs), while c is an integer -- zero points
+// that are integers of magnitude <= 2^20: c 2^k and the difference, an integer below 2^24, are
+// exact -- and s 2^-k is exact: exponent field >= 15 (k <= 6 + 7 = 13), or a zero. Other groups return
+// to the caller's two-pass path (unpack_int8, then the 8-bit kernel). With the FMA form (below)
+// 16 vector operations per 16 columns against that path's 27 (6 and 7 bits); 8-bit codes, which
+// the 8-bit kernel takes with their top bit flipped, measure the same either way. 5-bit codes
+// stay on their tables (packed_groups), which measured faster.
 struct SplitCtl {
   __m256i shuf, even, odd;  // the dwords' bytes; codes 2i and 2i + 1 in place
   __m256 down_e, down_o;    // 2^-r, 2^-(r + b)
@@ -1287,9 +1290,11 @@ void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) 
     }
   }
 }
-// 8-bit codes are whole bytes: the 8-bit kernel with the top bit flipped. Codes of 1-4 bits (1-5
-// for 16-bit outputs): whole groups through per-group tables (packed_groups). The rest unpacked into an int8 row first
-// (dequant_packed_two_pass), from the first group the tables left: a group starts on a byte.
+// Codes of 1-4 bits (1-5 for 16-bit outputs): whole groups through per-group tables
+// (packed_groups); 6-8 bits to bf16 of a bf16 or f32 product: packed_split_run. 8-bit codes are
+// whole bytes: the rest through the 8-bit kernel with the top bit flipped; other widths' rest
+// unpacked into an int8 row first (dequant_packed_two_pass), from the first group the fused path
+// left: a group starts on a byte.
 void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
                     const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept {
   const size_t gs = static_cast<size_t>(spec.group_size);
