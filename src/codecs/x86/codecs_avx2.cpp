@@ -1021,46 +1021,40 @@ inline bool int5_mirror_scale(float scale) {
       -126, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128);
   return {_mm256_shuffle_epi8(t.lo, rev), _mm256_add_epi8(_mm256_shuffle_epi8(t.hi, rev), adj)};
 }
-// Columns from 0 through T tables of 16 entries (T = 1 for f32), 32 a step, while the step's loads
-// stay inside the row's bytes (group size a multiple of 32); returns the columns done: a group's
-// first column, or in the row's last group any multiple of 32, so that the columns left lie in
-// whole groups or all in the group of the first (the caller's two-pass rest starts at that
-// group's scale).
-template <Kind N, Kind O, bool ZP, bool NT, unsigned T>
-size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp, size_t gs,
-                     void* out) {
-  static_assert(T == 1 || (O != kF32 && T == 2));
-  if (gs == 0 || gs % 32 != 0) return 0;
-  const UnpackCtl ctl = unpack_ctl(bits);
-  // f32 outputs of a bf16 product are bf16 words widened: the word tables (packed_table16_f32)
-  constexpr bool kWords = O != kF32 || N == kBF16;
-  const bool two = kWords && bits == 2;   // packed_idx2's indices
-  const bool narrow = bits <= 3 && !two;  // packed_idx_narrow's
+// The step's indices from the codes at p (its reach of bytes), in packed_idx's order: Mode 2 =
+// packed_idx2, 1 = packed_idx_narrow, 0 = packed_idx.
+template <int Mode>
+[[gnu::always_inline]] inline __m256i packed_indices(const uint8_t* p, unsigned bits, const UnpackCtl& ctl) {
+  if constexpr (Mode == 2) return packed_idx2(p);
+  else if constexpr (Mode == 1) return packed_idx_narrow(p, bits, ctl);
+  else return packed_idx(p, bits, ctl);
+}
+// packed_groups' columns for one index mode. Everything by value: the output's stores may alias
+// whatever a reference reaches (vector types alias all), which would reload it every step.
+template <Kind N, Kind O, bool ZP, bool NT, unsigned T, int Mode>
+void packed_groups_run(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp, size_t gs,
+                       unsigned char* o) {
+  constexpr bool kWords = O != kF32 || N == kBF16;  // see packed_groups
+  constexpr size_t osz = O == kF32 ? 4 : 2;
+  const UnpackCtl ctl = Mode == 2 ? UnpackCtl{} : unpack_ctl(bits);
   alignas(32) float lut[16 * T];
   for (int e = 0; e < static_cast<int>(16 * T); ++e)
-    lut[e] = static_cast<float>((two ? (e & 3) | e >> 2 : e) - (1 << (bits - 1)));
-  const uint64_t nbytes = (cols * bits + 7) / 8, reach = two ? 8 : narrow ? 16 : 2ull * bits + 16;
-  const auto fits = [&](size_t j) { return j / 8 * bits + reach <= nbytes; };  // the step at column j
+    lut[e] = static_cast<float>((Mode == 2 ? (e & 3) | e >> 2 : e) - (1 << (bits - 1)));
+  const uint64_t nbytes = (cols * bits + 7) / 8, reach = Mode == 2 ? 8 : Mode == 1 ? 16 : 2ull * bits + 16;
+  const uint64_t stride = 4ull * bits;  // a step's bytes
+  // steps 0 .. m load inside the row's bytes: stride m + reach <= nbytes
+  const size_t fit = nbytes < reach ? 0 : static_cast<size_t>((nbytes - reach) / stride + 1) * 32;
   for (size_t g = 0, g0 = 0; g0 < cols; ++g, g0 += gs) {
-    const size_t g1 = cols - g0 > gs ? g0 + gs : cols;
-    const size_t last = g1 == cols ? (g1 - g0) / 32 * 32 + g0 : g1;  // end of the group's whole steps
-    if (g1 != cols && !fits(g1 - 32)) return g0;
-    if (last == g0 || !fits(g0)) return g0;
-    size_t j = g0;
+    const size_t g1 = cols - g0 > gs ? g0 + gs : cols, whole = g1 < fit ? g1 : fit;
+    Table16 tab[T];
+    __m256 tab_lo = _mm256_setzero_ps(), tab_hi = tab_lo;
     if constexpr (!kWords) {
       const Lanes t = group_values<ZP>(_mm256_load_ps(lut), _mm256_load_ps(lut + 8), scale, zp, g);
-      const __m256 tab_lo = natural_image<N>(t.a), tab_hi = natural_image<N>(t.b);
-      if (narrow)
-        for (; j < last && fits(j); j += 32)
-          packed_table32<NT>(_mm256_permute4x64_epi64(packed_idx_narrow(words + j / 8 * bits, bits, ctl), 0xD8), tab_lo,
-                             tab_hi, static_cast<float*>(out) + j);
-      else
-        for (; j < last && fits(j); j += 32)
-          packed_table32<NT>(unpack32(words + j / 8 * bits, bits, ctl), tab_lo, tab_hi, static_cast<float*>(out) + j);
+      tab_lo = natural_image<N>(t.a);
+      tab_hi = natural_image<N>(t.b);
     } else {
       // The word tables: of the 16-bit output, or of the bf16 product an f32 output widens.
       constexpr Kind TN = O == kF32 ? kBF16 : N, TO = O == kF32 ? kBF16 : O;
-      Table16 tab[T];
       const auto build = [&](unsigned k, auto no_nan) {
         return table16<TN, TO, !decltype(no_nan)::value>(
             group_values<ZP>(_mm256_load_ps(lut + 16 * k), _mm256_load_ps(lut + 16 * k + 8), scale, zp, g));
@@ -1075,19 +1069,46 @@ size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const flo
         }
         for (unsigned k = 0; k < T; ++k) tab[k] = build(k, no_nan);
       });
-      const auto put = [&](__m256i idx) {  // the 32 columns at j
-        if constexpr (O == kF32) packed_table16_f32<NT>(idx, tab[0], static_cast<float*>(out) + j);
-        else packed_table16<T, NT>(idx, tab, static_cast<uint16_t*>(out) + j);
-      };
-      if (two)
-        for (; j < last && fits(j); j += 32) put(packed_idx2(words + j / 4));
-      else if (narrow)
-        for (; j < last && fits(j); j += 32) put(packed_idx_narrow(words + j / 8 * bits, bits, ctl));
-      else
-        for (; j < last && fits(j); j += 32) put(packed_idx(words + j / 8 * bits, bits, ctl));
     }
-    if (j < g1) return j;  // the row's last group: its rest
+    size_t j = g0;
+    for (const uint8_t* p = words + j / 8 * bits; j + 32 <= whole; j += 32, p += stride) {
+      const __m256i idx = packed_indices<Mode>(p, bits, ctl);
+      if constexpr (!kWords)
+        packed_table32<NT>(_mm256_permute4x64_epi64(idx, 0xD8), tab_lo, tab_hi, reinterpret_cast<float*>(o) + j);
+      else if constexpr (O == kF32) packed_table16_f32<NT>(idx, tab[0], reinterpret_cast<float*>(o) + j);
+      else packed_table16<T, NT>(idx, tab, reinterpret_cast<uint16_t*>(o) + j);
+    }
+    for (; j < g1; j += 32) {  // the row's end: from a zero-padded copy of its bytes left
+      const uint64_t at = j / 8 * bits;
+      alignas(32) uint8_t in[2 * 5 + 16] = {};  // the widest reach: 5-bit codes
+      alignas(32) unsigned char tmp[32 * osz];
+      for (uint64_t b = 0; b < reach && at + b < nbytes; ++b) in[b] = words[at + b];
+      const __m256i idx = packed_indices<Mode>(in, bits, ctl);
+      if constexpr (!kWords)
+        packed_table32<false>(_mm256_permute4x64_epi64(idx, 0xD8), tab_lo, tab_hi, reinterpret_cast<float*>(tmp));
+      else if constexpr (O == kF32) packed_table16_f32<false>(idx, tab[0], reinterpret_cast<float*>(tmp));
+      else packed_table16<T, false>(idx, tab, reinterpret_cast<uint16_t*>(tmp));
+      const size_t n = (g1 - j < 32 ? g1 - j : 32) * osz;
+      for (size_t b = 0; b < n; ++b) o[j * osz + b] = tmp[b];
+    }
   }
+}
+// Columns from 0 through T tables of 16 entries (T = 1 for f32), 32 a step (group size a multiple
+// of 32, or one group); returns the columns done: all, or 0 where the group size does not fit (the
+// caller's two-pass path). Steps whose loads would pass the row's bytes (its last one or two) read
+// a zero-padded stack copy of the bytes left, and the row's last step of fewer than 32 columns
+// writes through a stack buffer.
+template <Kind N, Kind O, bool ZP, bool NT, unsigned T>
+size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp, size_t gs,
+                     void* out) {
+  static_assert(T == 1 || (O != kF32 && T == 2));
+  if (gs == 0 || (gs % 32 != 0 && gs < cols)) return 0;
+  // f32 outputs of a bf16 product are bf16 words widened: the word tables (packed_table16_f32)
+  constexpr bool kWords = O != kF32 || N == kBF16;
+  auto* o = static_cast<unsigned char*>(out);
+  if (kWords && bits == 2) packed_groups_run<N, O, ZP, NT, T, 2>(words, bits, cols, scale, zp, gs, o);
+  else if (bits <= 3) packed_groups_run<N, O, ZP, NT, T, 1>(words, bits, cols, scale, zp, gs, o);
+  else packed_groups_run<N, O, ZP, NT, T, 0>(words, bits, cols, scale, zp, gs, o);
   return cols;
 }
 
