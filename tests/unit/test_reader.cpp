@@ -5,6 +5,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <utility>
+
 #include <catch2/catch.hpp>
 
 #include "codecs/half.hpp"
@@ -160,27 +162,10 @@ TEST_CASE("pread mode, mmap mode and any thread count decode identically", "[rea
 }
 
 namespace {
-// Drops the file's clean pages from the page cache; returns how many of its pages are still
-// resident, by mincore of a mapping of our own (0 unless the file system keeps them: tmpfs).
-size_t evict(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY);
-  REQUIRE(fd >= 0);
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  const size_t size = fs::file_size(p), page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  REQUIRE(m != MAP_FAILED);
-  std::vector<unsigned char> vec((size + page - 1) / page);
-  REQUIRE(::mincore(m, size, vec.data()) == 0);
-  ::munmap(m, size);
-  ::close(fd);
-  size_t resident = 0;
-  for (unsigned char v : vec) resident += v & 1;
-  return resident;
-}
-// Whether every page of [off, off + len) of p is in the page cache, by mincore of a mapping of our
-// own (the file's owner sees the page cache, not only its own mappings).
-bool resident(const fs::path& p, uint64_t off, uint64_t len) {
+// How many pages of [off, off + len) of p are in the page cache, and how many pages that range
+// has, by mincore of a mapping of our own (the file's owner sees the page cache, not only its own
+// mappings).
+std::pair<size_t, size_t> resident_pages(const fs::path& p, uint64_t off, uint64_t len) {
   const int fd = ::open(p.c_str(), O_RDONLY);
   REQUIRE(fd >= 0);
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)), first = off / page * page;
@@ -191,9 +176,24 @@ bool resident(const fs::path& p, uint64_t off, uint64_t len) {
   REQUIRE(::mincore(m, span, vec.data()) == 0);
   ::munmap(m, span);
   ::close(fd);
-  for (unsigned char v : vec)
-    if ((v & 1) == 0) return false;
-  return true;
+  size_t resident = 0;
+  for (unsigned char v : vec) resident += v & 1;
+  return {resident, vec.size()};
+}
+// Drops the file's clean pages from the page cache; returns how many of its pages are still
+// resident (0 unless the file system keeps them: tmpfs).
+size_t evict(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  return resident_pages(p, 0, fs::file_size(p)).first;
+}
+// Whether every page of [off, off + len) of p is in the page cache.
+bool resident(const fs::path& p, uint64_t off, uint64_t len) {
+  const auto [in_cache, pages] = resident_pages(p, off, len);
+  return in_cache == pages;
 }
 // Whether this kernel answers cachestat (Linux 6.5+; not under qemu-user): in pread mode
 // File::cached has nothing else to ask and says true.
