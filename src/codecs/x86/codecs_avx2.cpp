@@ -1091,13 +1091,27 @@ void packed_groups_run(const uint8_t* words, unsigned bits, size_t cols, const f
       packed_put32<N, O, T, NT>(packed_indices<Mode>(p, bits, ctl), tab, tab_lo, tab_hi, o + j * osz);
     for (; j < g1; j += 32) {  // the row's end: from a zero-padded copy of its bytes left
       const uint64_t at = j / 8 * bits;
-      alignas(32) uint8_t in[2 * 5 + 16] = {};  // the widest reach: 5-bit codes
+      alignas(32) uint8_t pad[64] = {};  // the widest reach: 5-bit codes, 26 bytes
+      const uint8_t* in = pad;
+      if (nbytes >= 32) {  // the row's last 32 bytes by two loads, placed to end at pad + 32
+        _mm_store_si128(reinterpret_cast<__m128i*>(pad),
+                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(words + nbytes - 32)));
+        _mm_store_si128(reinterpret_cast<__m128i*>(pad + 16),
+                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(words + nbytes - 16)));
+        in = pad + 32 - (nbytes - at);
+      } else {
+        for (uint64_t b = 0; b < reach && at + b < nbytes; ++b) pad[b] = words[at + b];
+      }
+      if (j + 32 <= g1) {  // a whole step: straight to the output
+        packed_put32<N, O, T, NT>(packed_indices<Mode>(in, bits, ctl), tab, tab_lo, tab_hi, o + j * osz);
+        continue;
+      }
       alignas(32) unsigned char tmp[32 * osz];
-      for (uint64_t b = 0; b < reach && at + b < nbytes; ++b) in[b] = words[at + b];
       packed_put32<N, O, T, false>(packed_indices<Mode>(in, bits, ctl), tab, tab_lo, tab_hi, tmp);
-      // Bytes in and out by loops: a memcpy call for the outputs, into the line the streaming stores
-      // are filling, measured 10 % slower on 4096-column rows (32 MiB, 1 thread), and for the
-      // inputs within noise, 0-5 % slower.
+      // The last partial step's outputs by a loop: a memcpy call, into the line the streaming
+      // stores are filling, measured 10 % slower on 4096-column rows (32 MiB, 1 thread). Whole
+      // steps store straight, and rows of 32 bytes or more copy their end by two loads: a byte
+      // loop for both, on every row, measured 4-5 % slower (int5 at 32 MiB, int3 in L2).
       const size_t n = (g1 - j < 32 ? g1 - j : 32) * osz;
       for (size_t b = 0; b < n; ++b) o[j * osz + b] = tmp[b];
     }
@@ -1106,8 +1120,8 @@ void packed_groups_run(const uint8_t* words, unsigned bits, size_t cols, const f
 // Columns from 0 through T tables of 16 entries (T = 1 for f32), 32 a step (group size a multiple
 // of 32, or one group); returns the columns done: all, or 0 where the group size does not fit (the
 // caller's two-pass path). Steps whose loads would pass the row's bytes (its last one or two) read
-// a zero-padded stack copy of the bytes left, and the row's last step of fewer than 32 columns
-// writes through a stack buffer.
+// a zero-padded stack copy of the bytes left (the row's last 32, or byte by byte in shorter rows),
+// and the row's last step of fewer than 32 columns writes through a stack buffer.
 template <Kind N, Kind O, bool ZP, bool NT, unsigned T>
 size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp, size_t gs,
                      void* out) {
@@ -1197,9 +1211,9 @@ inline bool packed_split_exact(float scale, float zp) {
 // positive (an exact zero sum is +0, as is 0 * s only for s > 0); else (u 2^k - c 2^k) (s 2^-k),
 // ce and co being c 2^k and cs unused.
 template <bool Fma, bool Bytes, bool NT>
-[[gnu::always_inline]] inline void packed_split16(const uint8_t* p, const SplitCtl& k, __m256 se, __m256 so, __m256 ce,
+[[gnu::always_inline]] inline void packed_split16(__m128i bytes, const SplitCtl& k, __m256 se, __m256 so, __m256 ce,
                                                   __m256 co, __m256 cs, void* o) {
-  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i b = _mm256_broadcastsi128_si256(bytes);
   __m256 e, d;
   if constexpr (Bytes) {  // two shuffles in place of a shuffle and two masks
     e = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(b, k.byte_e));
@@ -1212,54 +1226,88 @@ template <bool Fma, bool Bytes, bool NT>
   if constexpr (Fma) bf16_pairs<NT>(_mm256_fmsub_ps(e, se, cs), _mm256_fmsub_ps(d, so, cs), o);
   else bf16_pairs<NT>(_mm256_mul_ps(_mm256_sub_ps(e, ce), se), _mm256_mul_ps(_mm256_sub_ps(d, co), so), o);
 }
-// Whole groups from column 0 while packed_split_exact holds (group sizes that keep a step's 16
-// columns in one group and its codes on a byte: multiples of 16, or one group); returns the
-// columns done, a group's first column. Steps whose 16-byte load would pass the row's bytes (the
-// row's last one or two) read a zero-padded stack copy, and a step of fewer columns writes
-// through a stack buffer.
-template <bool ZP, bool NT>
-size_t packed_split_run(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
-                        size_t gs, void* out) {
-  if (gs == 0 || (gs % 16 != 0 && gs < cols)) return 0;
-  const SplitCtl k = split_ctl(bits);
-  const uint64_t nbytes = (cols * bits + 7) / 8, step = 2ull * bits;
+// The 16 bytes from p, those at or past end zero: the 16 bytes before end (which must lie in the
+// row: end - 16 >= the row's first byte), moved down by one vpshufb, for p in (end - 16, end).
+inline __m128i load_before(const uint8_t* p, const uint8_t* end) {
+  alignas(16) static constexpr int8_t kSlide[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                                    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+  const size_t sh = 16 - static_cast<size_t>(end - p);
+  return _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(end - 16)),
+                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(kSlide + sh)));
+}
+// The groups of columns [0, cols) in one form; nbytes: the whole row's. Steps whose 16-byte load
+// would pass the row's bytes (the row's last one or two) take their bytes from the row's last 16
+// (load_before), and a step of fewer columns reads a zero-padded stack copy and writes through a
+// stack buffer. (A stack copy for every such step, byte by byte, measured 3-5 % slower on int6 and
+// int7 rows of 4096 columns, whose last step is one.)
+template <bool ZP, bool NT, bool Fma, bool Bytes>
+void packed_split_groups(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
+                         size_t gs, uint64_t nbytes, void* out) {
+  const SplitCtl& k = split_ctl(bits);
+  const uint64_t step = 2ull * bits;
   // steps 0 .. m load inside the row's bytes: m step + 16 <= nbytes
   const size_t fit = nbytes < 16 ? 0 : static_cast<size_t>((nbytes - 16) / step + 1) * 16;
   const float half = static_cast<float>(1u << (bits - 1));
   auto* o = static_cast<uint16_t*>(out);
-  for (size_t g = 0, g0 = 0; g0 < cols; ++g, g0 += gs) {
-    const size_t g1 = cols - g0 > gs ? g0 + gs : cols, whole = g1 < fit ? g1 : fit;
+  for (size_t g = 0, j = 0; j < cols; ++g) {
+    const size_t g1 = cols - j > gs ? j + gs : cols, whole = g1 < fit ? g1 : fit;
+    const float sc = scale[g], c = half + (ZP ? zp[g] : 0.f);
+    const __m256 s = _mm256_set1_ps(sc), se = _mm256_mul_ps(s, k.down_e), so = _mm256_mul_ps(s, k.down_o);
+    __m256 ce = _mm256_setzero_ps(), co = ce, ncs = ce;
+    if constexpr (Fma) {
+      ncs = _mm256_set1_ps(c * sc);
+    } else {
+      ce = _mm256_mul_ps(_mm256_set1_ps(c), k.up_e);
+      co = _mm256_mul_ps(_mm256_set1_ps(c), k.up_o);
+    }
+    for (const uint8_t* p = words + j / 8 * bits; j + 16 <= whole; j += 16, p += step)
+      packed_split16<Fma, Bytes, NT>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), k, se, so, ce, co, ncs,
+                                     o + j);
+    for (; j < g1; j += 16) {
+      const uint64_t at = j / 8 * bits;
+      if (j + 16 <= g1 && nbytes >= 16) {  // a whole step: its bytes from a load that ends with the row's
+        packed_split16<Fma, Bytes, NT>(load_before(words + at, words + nbytes), k, se, so, ce, co, ncs, o + j);
+        continue;
+      }
+      alignas(16) uint8_t in[16] = {};
+      alignas(32) uint16_t tmp[16];
+      for (uint64_t b = 0; b < sizeof in && at + b < nbytes; ++b) in[b] = words[at + b];
+      packed_split16<Fma, Bytes, false>(_mm_load_si128(reinterpret_cast<const __m128i*>(in)), k, se, so, ce, co, ncs,
+                                        tmp);
+      for (size_t m = 0; m < 16 && j + m < g1; ++m) o[j + m] = tmp[m];  // by a loop, as packed_groups_run
+    }
+    j = g1;
+  }
+}
+// Whole groups from column 0 while packed_split_exact holds (group sizes that keep a step's 16
+// columns in one group and its codes on a byte: multiples of 16, or one group); returns the
+// columns done, a group's first column. The groups are checked first, so that one form (FMA where
+// every group allows it) runs the row without a choice per group.
+template <bool ZP, bool NT>
+size_t packed_split_run(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
+                        size_t gs, void* out) {
+  if (gs == 0 || (gs % 16 != 0 && gs < cols)) return 0;
+  const float half = static_cast<float>(1u << (bits - 1));
+  size_t done = 0;
+  bool fma = true;
+  for (size_t g = 0; done < cols; ++g) {
     const float sc = scale[g], z = ZP ? zp[g] : 0.f;
-    if (!packed_split_exact(sc, z)) return g0;
+    if (!packed_split_exact(sc, z)) break;
     const float c = half + z, cs = c * sc;
     // c s exact: no residue, and s normal with |c| >= 1 (or c = 0) keeps it above the subnormals
-    const bool fma = sc > 0.f && finite(cs) && __builtin_fmaf(c, sc, -cs) == 0.f;
-    const __m256 s = _mm256_set1_ps(sc), se = _mm256_mul_ps(s, k.down_e), so = _mm256_mul_ps(s, k.down_o);
-    size_t j = g0;
-    simd::with_flag(fma, [&](auto f) {
-      simd::with_flag(bits == 8, [&](auto by) {
-        constexpr bool F = decltype(f)::value, B = decltype(by)::value;
-        __m256 ce = _mm256_setzero_ps(), co = ce, ncs = ce;
-        if constexpr (F) {
-          ncs = _mm256_set1_ps(cs);
-        } else {
-          ce = _mm256_mul_ps(_mm256_set1_ps(c), k.up_e);
-          co = _mm256_mul_ps(_mm256_set1_ps(c), k.up_o);
-        }
-        for (const uint8_t* p = words + j / 8 * bits; j + 16 <= whole; j += 16, p += step)
-          packed_split16<F, B, NT>(p, k, se, so, ce, co, ncs, o + j);
-        for (; j < g1; j += 16) {
-          const uint64_t at = j / 8 * bits;
-          alignas(16) uint8_t in[16] = {};
-          alignas(32) uint16_t tmp[16];
-          for (uint64_t b = 0; b < sizeof in && at + b < nbytes; ++b) in[b] = words[at + b];
-          packed_split16<F, B, false>(in, k, se, so, ce, co, ncs, tmp);
-          for (size_t m = 0; m < 16 && j + m < g1; ++m) o[j + m] = tmp[m];  // by a loop, as packed_groups_run
-        }
-      });
-    });
+    fma = fma && sc > 0.f && finite(cs) && __builtin_fmaf(c, sc, -cs) == 0.f;
+    done = cols - done > gs ? done + gs : cols;
   }
-  return cols;
+  if (done == 0) return 0;
+  // the whole row's bytes: the padded row ends must not read past them, nor before them
+  const uint64_t nbytes = (cols * bits + 7) / 8;
+  simd::with_flag(fma, [&](auto f) {
+    simd::with_flag(bits == 8, [&](auto by) {
+      packed_split_groups<ZP, NT, decltype(f)::value, decltype(by)::value>(words, bits, done, scale, zp, gs, nbytes,
+                                                                           out);
+    });
+  });
+  return done;
 }
 
 }  // namespace
