@@ -1126,27 +1126,15 @@ void packed_groups_run(const uint8_t* words, unsigned bits, size_t cols, const f
       packed_put32<N, O, T, NT>(packed_indices<Mode>(p, bits, ctl), tab, tab_lo, tab_hi, o + j * osz);
     for (; j < g1; j += 32) {  // the row's end: from a zero-padded copy of its bytes left
       const uint64_t at = j / 8 * bits;
-      alignas(32) uint8_t pad[64] = {};  // the widest reach: 5-bit codes, 26 bytes
-      const uint8_t* in = pad;
-      if (nbytes >= 32) {  // the row's last 32 bytes by two loads, placed to end at pad + 32
-        _mm_store_si128(reinterpret_cast<__m128i*>(pad),
-                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(words + nbytes - 32)));
-        _mm_store_si128(reinterpret_cast<__m128i*>(pad + 16),
-                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(words + nbytes - 16)));
-        in = pad + 32 - (nbytes - at);
-      } else {
-        for (uint64_t b = 0; b < reach && at + b < nbytes; ++b) pad[b] = words[at + b];
-      }
-      if (j + 32 <= g1) {  // a whole step: straight to the output
-        packed_put32<N, O, T, NT>(packed_indices<Mode>(in, bits, ctl), tab, tab_lo, tab_hi, o + j * osz);
-        continue;
-      }
+      alignas(32) uint8_t in[2 * 5 + 16] = {};  // the widest reach: 5-bit codes
       alignas(32) unsigned char tmp[32 * osz];
+      for (uint64_t b = 0; b < reach && at + b < nbytes; ++b) in[b] = words[at + b];
       packed_put32<N, O, T, false>(packed_indices<Mode>(in, bits, ctl), tab, tab_lo, tab_hi, tmp);
-      // The last partial step's outputs by a loop: a memcpy call, into the line the streaming
-      // stores are filling, measured 10 % slower on 4096-column rows (32 MiB, 1 thread). Whole
-      // steps store straight, and rows of 32 bytes or more copy their end by two loads: a byte
-      // loop for both, on every row, measured 4-5 % slower (int5 at 32 MiB, int3 in L2).
+      // Bytes in and out by loops: a memcpy call for the outputs, into the line the streaming stores
+      // are filling, measured 10 % slower on 4096-column rows (32 MiB, 1 thread), and for the
+      // inputs within noise, 0-5 % slower. Tried and not kept: the row's last 32 bytes by two
+      // loads and whole steps stored straight (int5 +4 %, but int3 -> f16 -6 %: its main loop lost
+      // a register to the longer row end, a reload every step; out of line, within noise).
       const size_t n = (g1 - j < 32 ? g1 - j : 32) * osz;
       for (size_t b = 0; b < n; ++b) o[j * osz + b] = tmp[b];
     }
@@ -1155,8 +1143,8 @@ void packed_groups_run(const uint8_t* words, unsigned bits, size_t cols, const f
 // Columns from 0 through T tables of 16 entries (T = 1 for f32), 32 a step (group size a multiple
 // of 32, or one group); returns the columns done: all, or 0 where the group size does not fit (the
 // caller's two-pass path). Steps whose loads would pass the row's bytes (its last one or two) read
-// a zero-padded stack copy of the bytes left (the row's last 32, or byte by byte in shorter rows),
-// and the row's last step of fewer than 32 columns writes through a stack buffer.
+// a zero-padded stack copy of the bytes left, and the row's last step of fewer than 32 columns
+// writes through a stack buffer.
 template <Kind N, Kind O, bool ZP, bool NT, unsigned T>
 size_t packed_groups(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp, size_t gs,
                      void* out) {
