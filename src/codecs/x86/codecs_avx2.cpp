@@ -620,9 +620,9 @@ template <Kind N, Kind O, bool ZP, bool E4M3, bool NT, bool NaN = true>
 // code * 2^24, exact as int32 and as f32. With the scale times 2^-24 (and the zero point times 2^24)
 // every product is the same real number as (code - zp) * scale, so it rounds to the same f32, while
 // those scaled factors are exact (split_factors_exact). (vpmovsxwd, a shift and a mask in place of
-// the two shuffles measured 10 % slower: 36.7-37.3 against 39.1 GB/s in L2.) Each product's high
-// halves (odd columns' shifted into the odd words) and
-// low halves then lie in one vector each, in column order, and bf16 RNE -- the 32-bit rounding
+// the two shuffles measured 7-10 % slower: 36.2-37.3 against 38.9-39.1 GB/s in L2.) Each product's
+// high halves (odd columns' shifted into the odd words) and low halves then lie in one vector
+// each, in column order, and bf16 RNE -- the 32-bit rounding
 // (bits + 0x7FFF + lsb) >> 16 of bf16_round_hi -- is hi + 1 where lo > 0x8000, or lo == 0x8000 and
 // hi is odd: (lo - 0x8000) + (hi & 1) > 0, signed and saturating. Finite factors only: no NaN to
 // patch (a finite code times them is at most an infinity, low half 0, which no carry changes).
