@@ -636,14 +636,17 @@ inline bool split_factors_exact(float scale, const float* zp) {
 }
 // The bf16 RNE of even-column products pe and odd-column ones po (finite factors), interleaved:
 // 16 columns at o.
-template <bool NT>
-[[gnu::always_inline]] inline void bf16_pairs(__m256 pe, __m256 po, void* o) {
+[[gnu::always_inline]] inline __m256i bf16_pair_words(__m256 pe, __m256 po) {
   const __m256i e = _mm256_castps_si256(pe), d1 = _mm256_castps_si256(po);
   const __m256i e_hi = _mm256_srli_epi32(e, 16), d1_lo = _mm256_slli_epi32(d1, 16);  // locals: a macro in clang
   const __m256i hi = _mm256_blend_epi16(e_hi, d1, 0xAA), lo = _mm256_blend_epi16(e, d1_lo, 0xAA);
   const __m256i t = _mm256_adds_epi16(_mm256_xor_si256(lo, _mm256_set1_epi16(static_cast<short>(0x8000))),
                                       _mm256_and_si256(hi, _mm256_set1_epi16(1)));
-  put256<NT>(o, _mm256_sub_epi16(hi, _mm256_cmpgt_epi16(t, _mm256_setzero_si256())));
+  return _mm256_sub_epi16(hi, _mm256_cmpgt_epi16(t, _mm256_setzero_si256()));
+}
+template <bool NT>
+[[gnu::always_inline]] inline void bf16_pairs(__m256 pe, __m256 po, void* o) {
+  put256<NT>(o, bf16_pair_words(pe, po));
 }
 template <bool ZP, bool NT>
 [[gnu::always_inline]] inline void int8_chunk16_split(__m128i bytes, __m256 s, __m256 z, void* o) {
@@ -985,8 +988,9 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
 // looked up (u is masked to b bits). 2-bit codes with 16-bit outputs take their indices straight
 // from their bytes (packed_idx2: a third of the operations of unpack16's multiply); 1- and 3-bit
 // codes unpack16's windows from one load (packed_idx_narrow). Six bits (four tables, three blends
-// per half) measured slower than the two-pass path; b >= 6 goes to packed_split_run (bf16 outputs)
-// or the two passes. 5 bits without zero points, bf16 outputs: int5_mirror's second table.
+// per half) measured slower than the two-pass path; b >= 6 goes to packed_split_run (bf16 outputs,
+// and f16 of a bf16 product for 6 and 7 bits) or the two passes. 5 bits without zero points, bf16
+// outputs: int5_mirror's second table.
 
 // 32 columns of 16-bit output from the codes at p: packed_idx's order makes the byte lookups
 // interleaved by unpacklo/hi_epi8 columns 0-15 and 16-31. pshufb reads index bits 3:0 (and 7,
@@ -1237,11 +1241,43 @@ inline bool packed_split_exact(float scale, float zp) {
   return ((se >= 15 && se != 0xFF) || (s & 0x7FFFFFFFu) == 0) && zp >= -0x1p20f && zp <= 0x1p20f &&
          static_cast<float>(static_cast<int32_t>(zp)) == zp;
 }
+// Whether every nonzero product (u - c) s of a group's codes u < 2^bits, c = 2^(bits-1) + zp (an
+// integer, packed_split_exact), rounded to bf16, is an f16 normal: |s| >= 2^-14 (|u - c| >= 1) and
+// max |u - c| |s| <= 65280, the largest bf16 below f16's overflow (both exact in double).
+inline bool split_f16_normal(unsigned bits, float scale, float zp) {
+  const double c = static_cast<double>(1u << (bits - 1)) + zp, s = scale < 0 ? -scale : scale;
+  const double q = c > (1u << bits) - 1 - c ? c : (1u << bits) - 1 - c;
+  return scale == 0.f || (s >= 0x1p-14 && (q < 0 ? -q : q) * s <= 65280.0);
+}
+// The 16 outputs of even-column products pe and odd-column ones po (finite factors), interleaved at
+// o: bf16 (of a bf16 or f32 product) by bf16_pairs. f16 of a bf16 product where every nonzero
+// product's bf16 is an f16 normal (split_f16_normal): the bf16 words of the products times 2^-112
+// (exact, as f32 and through the rounding: each such product is >= 2^-14, its image >= 2^-126 stays
+// normal; zeros keep their sign), whose bits s 000 eeeee mmmmmmm hold the f16 exponent field,
+// shifted up 3 with the sign put back: the f16 bits of the same value (8 significant bits fit f16's
+// 11). Against two vcvtps2ph of each product's bf16 image, 5-7 % faster on int6 rows (in which
+// form the kernel measured no faster than the two-pass path).
+template <Kind N, Kind O, bool NT>
+[[gnu::always_inline]] inline void split_out(__m256 pe, __m256 po, void* o) {
+  if constexpr (O == kBF16) {
+    static_assert(N != kF16, "bf16 of an f16 product: the two-pass path");
+    bf16_pairs<NT>(pe, po, o);
+  } else {
+    static_assert(O == kF16 && N == kBF16);
+    const __m256 down = _mm256_set1_ps(0x1p-112f);
+    const __m256i w = bf16_pair_words(_mm256_mul_ps(pe, down), _mm256_mul_ps(po, down));
+    put256<NT>(o, _mm256_or_si256(_mm256_slli_epi16(w, 3),
+                                  _mm256_and_si256(w, _mm256_set1_epi16(static_cast<short>(0x8000)))));
+  }
+}
+// The outputs packed_split_run gives (f16 for 6 and 7 bits: 8-bit codes' byte_run measured faster).
+template <Kind N, Kind O>
+constexpr bool kSplitOut = (O == kBF16 && N != kF16) || (O == kF16 && N == kBF16);
 // 16 columns at o from the 16 bytes at p (the step's 2b and what follows). Fma: the products as
 // u 2^k (s 2^-k) - c s in one rounding, the same real number, for groups where c s is exact and s
 // positive (an exact zero sum is +0, as is 0 * s only for s > 0); else (u 2^k - c 2^k) (s 2^-k),
 // ce and co being c 2^k and cs unused.
-template <bool Fma, bool Bytes, bool NT>
+template <Kind N, Kind O, bool Fma, bool Bytes, bool NT>
 [[gnu::always_inline]] inline void packed_split16(__m128i bytes, const SplitCtl& k, __m256 se, __m256 so, __m256 ce,
                                                   __m256 co, __m256 cs, void* o) {
   const __m256i b = _mm256_broadcastsi128_si256(bytes);
@@ -1254,8 +1290,8 @@ template <bool Fma, bool Bytes, bool NT>
     e = _mm256_cvtepi32_ps(_mm256_and_si256(w, k.even));
     d = _mm256_cvtepi32_ps(_mm256_and_si256(w, k.odd));
   }
-  if constexpr (Fma) bf16_pairs<NT>(_mm256_fmsub_ps(e, se, cs), _mm256_fmsub_ps(d, so, cs), o);
-  else bf16_pairs<NT>(_mm256_mul_ps(_mm256_sub_ps(e, ce), se), _mm256_mul_ps(_mm256_sub_ps(d, co), so), o);
+  if constexpr (Fma) split_out<N, O, NT>(_mm256_fmsub_ps(e, se, cs), _mm256_fmsub_ps(d, so, cs), o);
+  else split_out<N, O, NT>(_mm256_mul_ps(_mm256_sub_ps(e, ce), se), _mm256_mul_ps(_mm256_sub_ps(d, co), so), o);
 }
 // The 16 bytes from p, those at or past end zero: the 16 bytes before end (which must lie in the
 // row: end - 16 >= the row's first byte), moved down by one vpshufb, for p in (end - 16, end).
@@ -1271,7 +1307,7 @@ inline __m128i load_before(const uint8_t* p, const uint8_t* end) {
 // (load_before), and a step of fewer columns reads a zero-padded stack copy and writes through a
 // stack buffer. (A stack copy for every such step, byte by byte, measured 3-5 % slower on int6 and
 // int7 rows of 4096 columns, whose last step is one.)
-template <bool ZP, bool NT, bool Fma, bool Bytes>
+template <Kind N, Kind O, bool ZP, bool NT, bool Fma, bool Bytes>
 void packed_split_groups(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
                          size_t gs, uint64_t nbytes, void* out) {
   const SplitCtl& k = split_ctl(bits);
@@ -1292,29 +1328,29 @@ void packed_split_groups(const uint8_t* words, unsigned bits, size_t cols, const
       co = _mm256_mul_ps(_mm256_set1_ps(c), k.up_o);
     }
     for (const uint8_t* p = words + j / 8 * bits; j + 16 <= whole; j += 16, p += step)
-      packed_split16<Fma, Bytes, NT>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), k, se, so, ce, co, ncs,
-                                     o + j);
+      packed_split16<N, O, Fma, Bytes, NT>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), k, se, so, ce, co, ncs,
+                                           o + j);
     for (; j < g1; j += 16) {
       const uint64_t at = j / 8 * bits;
       if (j + 16 <= g1 && nbytes >= 16) {  // a whole step: its bytes from a load that ends with the row's
-        packed_split16<Fma, Bytes, NT>(load_before(words + at, words + nbytes), k, se, so, ce, co, ncs, o + j);
+        packed_split16<N, O, Fma, Bytes, NT>(load_before(words + at, words + nbytes), k, se, so, ce, co, ncs, o + j);
         continue;
       }
       alignas(16) uint8_t in[16] = {};
       alignas(32) uint16_t tmp[16];
       for (uint64_t b = 0; b < sizeof in && at + b < nbytes; ++b) in[b] = words[at + b];
-      packed_split16<Fma, Bytes, false>(_mm_load_si128(reinterpret_cast<const __m128i*>(in)), k, se, so, ce, co, ncs,
-                                        tmp);
+      packed_split16<N, O, Fma, Bytes, false>(_mm_load_si128(reinterpret_cast<const __m128i*>(in)), k, se, so, ce, co,
+                                              ncs, tmp);
       for (size_t m = 0; m < 16 && j + m < g1; ++m) o[j + m] = tmp[m];  // by a loop, as packed_groups_run
     }
     j = g1;
   }
 }
-// Whole groups from column 0 while packed_split_exact holds (group sizes that keep a step's 16
-// columns in one group and its codes on a byte: multiples of 16, or one group); returns the
-// columns done, a group's first column. The groups are checked first, so that one form (FMA where
-// every group allows it) runs the row without a choice per group.
-template <bool ZP, bool NT>
+// Whole groups from column 0 while packed_split_exact holds, and for f16 outputs split_f16_normal
+// (group sizes that keep a step's 16 columns in one group and its codes on a byte: multiples of 16,
+// or one group); returns the columns done, a group's first column. The groups are checked first, so
+// that one form (FMA where every group allows it) runs the row without a choice per group.
+template <Kind N, Kind O, bool ZP, bool NT>
 size_t packed_split_run(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
                         size_t gs, void* out) {
   if (gs == 0 || (gs % 16 != 0 && gs < cols)) return 0;
@@ -1324,6 +1360,9 @@ size_t packed_split_run(const uint8_t* words, unsigned bits, size_t cols, const 
   for (size_t g = 0; done < cols; ++g) {
     const float sc = scale[g], z = ZP ? zp[g] : 0.f;
     if (!packed_split_exact(sc, z)) break;
+    if constexpr (O == kF16) {
+      if (!split_f16_normal(bits, sc, z)) break;
+    }
     const float c = half + z, cs = c * sc;
     // c s exact: no residue, and s normal with |c| >= 1 (or c = 0) keeps it above the subnormals
     fma = fma && sc > 0.f && finite(cs) && __builtin_fmaf(c, sc, -cs) == 0.f;
@@ -1334,8 +1373,8 @@ size_t packed_split_run(const uint8_t* words, unsigned bits, size_t cols, const 
   const uint64_t nbytes = (cols * bits + 7) / 8;
   simd::with_flag(fma, [&](auto f) {
     simd::with_flag(bits == 8, [&](auto by) {
-      packed_split_groups<ZP, NT, decltype(f)::value, decltype(by)::value>(words, bits, done, scale, zp, gs, nbytes,
-                                                                           out);
+      packed_split_groups<N, O, ZP, NT, decltype(f)::value, decltype(by)::value>(words, bits, done, scale, zp, gs,
+                                                                                 nbytes, out);
     });
   });
   return done;
@@ -1428,10 +1467,10 @@ void unpack_int8(const uint8_t* words, unsigned bits, size_t cols, int8_t* out) 
   }
 }
 // Codes of 1-4 bits (1-5 for 16-bit outputs): whole groups through per-group tables
-// (packed_groups); 6-8 bits to bf16 of a bf16 or f32 product: packed_split_run. 8-bit codes are
-// whole bytes: the rest through the 8-bit kernel with the top bit flipped; other widths' rest
-// unpacked into an int8 row first (dequant_packed_two_pass), from the first group the fused path
-// left: a group starts on a byte.
+// (packed_groups); 6-8 bits to bf16 of a bf16 or f32 product (6-7 bits also to f16 of a bf16 one):
+// packed_split_run. 8-bit codes are whole bytes: the rest through the 8-bit kernel with the top bit
+// flipped; other widths' rest unpacked into an int8 row first (dequant_packed_two_pass), from the
+// first group the fused path left: a group starts on a byte.
 void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
                     const ::ctstream::codecs::DequantSpec& spec, void* memo, void* out) noexcept {
   const size_t gs = static_cast<size_t>(spec.group_size);
@@ -1442,7 +1481,8 @@ void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const floa
         constexpr Kind N = decltype(n)::value, O = decltype(o)::value;
         constexpr bool Z = decltype(z)::value, NT = decltype(nt)::value;
         if (bits == 8) {
-          if constexpr (O == kBF16 && N != kF16) done = packed_split_run<Z, NT>(words, bits, cols, scale, zp, gs, out);
+          if constexpr (O == kBF16 && N != kF16)
+            done = packed_split_run<N, O, Z, NT>(words, bits, cols, scale, zp, gs, out);
           if (done < cols) {
             const size_t g = done / (gs ? gs : 1);
             byte_run<N, O, Z, false, NT, 0x80>(words + done, cols - done, scale + g, Z ? zp + g : zp, gs, memo,
@@ -1453,8 +1493,8 @@ void dequant_packed(const uint8_t* words, unsigned bits, size_t cols, const floa
           done = packed_groups<N, O, Z, NT, 1>(words, bits, cols, scale, zp, gs, out);
         } else if constexpr (O != kF32) {
           if (bits == 5) done = packed_groups<N, O, Z, NT, 2>(words, bits, cols, scale, zp, gs, out);
-          else if constexpr (O == kBF16 && N != kF16)
-            done = packed_split_run<Z, NT>(words, bits, cols, scale, zp, gs, out);
+          else if constexpr (kSplitOut<N, O>)
+            done = packed_split_run<N, O, Z, NT>(words, bits, cols, scale, zp, gs, out);
         }
       });
     });
