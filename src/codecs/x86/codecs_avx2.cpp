@@ -1234,15 +1234,8 @@ inline const SplitCtl& split_ctl(unsigned bits) {
   }();
   return all.c[bits - 5];
 }
-inline bool packed_split_exact(float scale, float zp) {
-  uint32_t s;
-  __builtin_memcpy(&s, &scale, 4);
-  const uint32_t se = (s >> 23) & 0xFF;
-  return ((se >= 15 && se != 0xFF) || (s & 0x7FFFFFFFu) == 0) && zp >= -0x1p20f && zp <= 0x1p20f &&
-         static_cast<float>(static_cast<int32_t>(zp)) == zp;
-}
 // Whether every nonzero product (u - c) s of a group's codes u < 2^bits, c = 2^(bits-1) + zp (an
-// integer, packed_split_exact), rounded to bf16, is an f16 normal: |s| >= 2^-14 (|u - c| >= 1) and
+// integer, packed_split_scan), rounded to bf16, is an f16 normal: |s| >= 2^-14 (|u - c| >= 1) and
 // max |u - c| |s| <= 65280, the largest bf16 below f16's overflow (both exact in double).
 inline bool split_f16_normal(unsigned bits, float scale, float zp) {
   const double c = static_cast<double>(1u << (bits - 1)) + zp, s = scale < 0 ? -scale : scale;
@@ -1346,15 +1339,11 @@ void packed_split_groups(const uint8_t* words, unsigned bits, size_t cols, const
     j = g1;
   }
 }
-// Whole groups from column 0 while packed_split_exact holds, and for f16 outputs split_f16_normal
-// (group sizes that keep a step's 16 columns in one group and its codes on a byte: multiples of 16,
-// or one group); returns the columns done, a group's first column. The groups are checked first, so
-// that one form (FMA where every group allows it) runs the row without a choice per group.
-// The first n groups' checks, 8 scales a step (a scalar loop measured 5-10 % of a 4096-column
-// row): returns how many groups from the first packed_split_exact admits, and clears fma unless
-// each of those allows the FMA form: s > 0, c s finite and exact (no residue; s normal with
-// |c| >= 1, or c = 0, keeps it above the subnormals), c = 2^(b-1) + zp. The same float
-// operations as the scalar form, lane by lane; masked loads read no scale past n.
+// The first n groups' checks, 8 scales a step (checked one group at a time, the rows ran 6-11 %
+// slower): returns how many groups from the first the split takes exactly (above: s's exponent
+// field 15 .. 254 or a zero, zp an integer of magnitude <= 2^20), and clears fma unless each of
+// those allows the FMA form: s > 0, c s finite and exact (no residue; s normal with |c| >= 1, or
+// c = 0, keeps it above the subnormals), c = 2^(b-1) + zp. Masked loads read no scale past n.
 template <bool ZP>
 inline size_t packed_split_scan(const float* scale, const float* zp, size_t n, unsigned bits, bool& fma) {
   const __m256 half = _mm256_set1_ps(static_cast<float>(1u << (bits - 1))), zero = _mm256_setzero_ps();
@@ -1365,7 +1354,7 @@ inline size_t packed_split_scan(const float* scale, const float* zp, size_t n, u
     const __m256 sc = _mm256_maskload_ps(scale + i, valid);
     const __m256 z = ZP ? _mm256_maskload_ps(zp + i, valid) : zero;
     const __m256i sb = _mm256_castps_si256(sc), se = _mm256_and_si256(_mm256_srli_epi32(sb, 23), field);
-    // packed_split_exact: exponent field 15 .. 254, or a zero; zp an integer of at most 2^20
+    // exponent field 15 .. 254, or a zero; zp an integer of magnitude <= 2^20
     __m256 ok = _mm256_castsi256_ps(_mm256_or_si256(
         _mm256_andnot_si256(_mm256_cmpeq_epi32(se, field), _mm256_cmpgt_epi32(se, _mm256_set1_epi32(14))),
         _mm256_cmpeq_epi32(_mm256_and_si256(sb, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_setzero_si256())));
@@ -1387,6 +1376,11 @@ inline size_t packed_split_scan(const float* scale, const float* zp, size_t n, u
   }
   return n;
 }
+// Whole groups from column 0 while the split is exact (packed_split_scan), and for f16 outputs
+// split_f16_normal (group sizes that keep a step's 16 columns in one group and its codes on a byte:
+// multiples of 16, or one group); returns the columns done, a group's first column. The groups are
+// checked first, so that one form (FMA where every group allows it) runs the row without a choice
+// per group.
 template <Kind N, Kind O, bool ZP, bool NT>
 size_t packed_split_run(const uint8_t* words, unsigned bits, size_t cols, const float* scale, const float* zp,
                         size_t gs, void* out) {
