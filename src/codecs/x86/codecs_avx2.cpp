@@ -1342,8 +1342,8 @@ void packed_split_groups(const uint8_t* words, unsigned bits, size_t cols, const
 // The first n groups' checks, 8 scales a step (checked one group at a time, the rows ran 6-11 %
 // slower): returns how many groups from the first the split takes exactly (above: s's exponent
 // field 15 .. 254 or a zero, zp an integer of magnitude <= 2^20), and clears fma unless each of
-// those allows the FMA form: s > 0, c s finite and exact (no residue; s normal with |c| >= 1, or
-// c = 0, keeps it above the subnormals), c = 2^(b-1) + zp. Masked loads read no scale past n.
+// those allows the FMA form: s > 0 and c s exact (no residue, so also finite; s normal with |c| >= 1,
+// or c = 0, keeps it above the subnormals), c = 2^(b-1) + zp. Masked loads read no scale past n.
 template <bool ZP>
 inline size_t packed_split_scan(const float* scale, const float* zp, size_t n, unsigned bits, bool& fma) {
   const __m256 half = _mm256_set1_ps(static_cast<float>(1u << (bits - 1))), zero = _mm256_setzero_ps();
@@ -1366,11 +1366,10 @@ inline size_t packed_split_scan(const float* scale, const float* zp, size_t n, u
     const unsigned bad = ~static_cast<unsigned>(_mm256_movemask_ps(ok)) & live;
     const unsigned take = bad ? static_cast<unsigned>(__builtin_ctz(bad)) : m;  // lanes [0, take) admitted
     const __m256 c = _mm256_add_ps(half, z), cs = _mm256_mul_ps(c, sc);
-    const __m256i cs_field = _mm256_and_si256(_mm256_castps_si256(cs), _mm256_set1_epi32(0x7F800000));
-    const __m256 finite_cs = _mm256_castsi256_ps(
-        _mm256_cmpeq_epi32(_mm256_cmpeq_epi32(cs_field, _mm256_set1_epi32(0x7F800000)), _mm256_setzero_si256()));
-    const __m256 good = _mm256_and_ps(_mm256_and_ps(_mm256_cmp_ps(sc, zero, _CMP_GT_OQ), finite_cs),
-                                      _mm256_cmp_ps(_mm256_fmsub_ps(c, sc, cs), zero, _CMP_EQ_OQ));
+    // c s exact: its residue c s - fl(c s) is 0 (an infinite fl(c s) leaves an infinite residue,
+    // a NaN scale a NaN one, so no finiteness test is needed beside it)
+    const __m256 good =
+        _mm256_and_ps(_mm256_cmp_ps(sc, zero, _CMP_GT_OQ), _mm256_cmp_ps(_mm256_fmsub_ps(c, sc, cs), zero, _CMP_EQ_OQ));
     if (~static_cast<unsigned>(_mm256_movemask_ps(good)) & ((1u << take) - 1)) fma = false;
     if (take < m) return i + take;
   }
