@@ -12,6 +12,7 @@
 #endif
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "codecs/convert.hpp"
 #include "codecs/dequant.hpp"
 #include "codecs/dispatch.hpp"
+#include "codecs/encode.hpp"
 #include "codecs/half.hpp"
 #include "codecs/minifloat.hpp"
 #include "core/packing.hpp"
@@ -246,8 +248,14 @@ void BM_dequant_nibble(benchmark::State& st, size_t rows, size_t cols, bool with
 // bf16 with bf16 scales: channel strategy (one scale per row: the long-group table path on
 // AVX-512), or groups of `group` columns whose scales repeat for `block_rows` rows (fp8 128x128
 // blocks: the kernel gets a per-thread table memo, as the reader gives it for block weights).
+// weights: fp8 channel codes of weights drawn from N(0, 0.02) (the usual initializer range; trained
+// weights keep that magnitude), quantized as the library does for the channel strategy (scale =
+// max |row| / 448, code = e4m3(w / scale)): the spread of exponents real checkpoints hold, where the
+// other rows' codes are uniform bytes. The AVX2 f16 kernel's fast steps depend on it (codes whose
+// output is an f16 normal, most of a real row's).
 void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::ByteCode code, size_t group,
-                     size_t block_rows, DType dst, Isa isa, Stores how = Stores::reader, bool e8m0 = false) {
+                     size_t block_rows, DType dst, Isa isa, Stores how = Stores::reader, bool e8m0 = false,
+                     bool weights = false) {
   const int threads = static_cast<int>(st.range(0));
   const size_t gs = group ? group : cols, groups = (cols + gs - 1) / gs;
   std::mt19937 rng(4);
@@ -261,6 +269,17 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
   if (block_rows > 1)
     for (size_t r = 0; r < rows; ++r)
       for (size_t g = 0; g < groups; ++g) scale[r * groups + g] = scale[(r - r % block_rows) * groups + g];
+  if (weights) {  // channel strategy only (groups == 1)
+    std::normal_distribution<float> nd(0.f, 0.02f);
+    std::vector<float> w(cols);
+    for (size_t r = 0; r < rows; ++r) {
+      float amax = 0.f;
+      for (auto& x : w) amax = std::max(amax, std::fabs(x = nd(rng)));
+      const float s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(amax / 448.f))));
+      scale[r] = s;
+      for (size_t c = 0; c < cols; ++c) codes[r * cols + c] = codecs::f32_to_e4m3(w[c] / s);
+    }
+  }
   const size_t osz = dtype_bits(dst) / 8;
   Output out(rows * cols * osz, shift(how));
   const codecs::DequantSpec spec{DType::BF16, dst, gs, code == codecs::ByteCode::i8, streams(how, out.size())};
@@ -446,6 +465,7 @@ void register_kernels() {
       size_t group, block_rows;
       DType d = DType::BF16;
       bool e8m0 = false;  // mxfp8: E8M0 (power-of-two) scales of one byte
+      bool weights = false;
     };
     const std::vector<Byte> bytes = {
         Byte{"BM_dequant_byte/fp8_channel_bf16_4096x4096", kCols, ByteCode::e4m3, 0, 0},
@@ -458,6 +478,8 @@ void register_kernels() {
         Byte{"BM_dequant_byte/int8_group128_bf16_4096x14336", kColsWide, ByteCode::i8, 128, 0},
         Byte{"BM_dequant_byte/fp8_channel_f16_4096x4096", kCols, ByteCode::e4m3, 0, 0, DType::F16},
         Byte{"BM_dequant_byte/fp8_channel_f16_4096x14336", kColsWide, ByteCode::e4m3, 0, 0, DType::F16},
+        Byte{"BM_dequant_byte/fp8w_channel_f16_4096x4096", kCols, ByteCode::e4m3, 0, 0, DType::F16, false, true},
+        Byte{"BM_dequant_byte/fp8w_channel_f16_4096x14336", kColsWide, ByteCode::e4m3, 0, 0, DType::F16, false, true},
         Byte{"BM_dequant_byte/fp8_channel_f32_4096x4096", kCols, ByteCode::e4m3, 0, 0, DType::F32},
         Byte{"BM_dequant_byte/fp8_channel_f32_4096x7168", kColsWideF32, ByteCode::e4m3, 0, 0, DType::F32},
         Byte{"BM_dequant_byte/mxfp8_g32_bf16_4096x4096", kCols, ByteCode::e4m3, 32, 0, DType::BF16, true},
@@ -466,7 +488,7 @@ void register_kernels() {
       add(
           std::string(c.name) + suffix,
           [c, isa, how](benchmark::State& st) {
-            BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, c.d, isa, how, c.e8m0);
+            BM_dequant_byte(st, kRows, c.cols, c.code, c.group, c.block_rows, c.d, isa, how, c.e8m0, c.weights);
           },
           isa != Isa::scalar);
     };

@@ -612,6 +612,44 @@ TEST_CASE("Fused E4M3 dequant: every scale binade, every code, each SIMD kernel 
   REQUIRE((calls > 0 || simd_isas().empty()));
 }
 
+TEST_CASE(
+    "Fused E4M3 dequant to f16 of a bf16 product: steps in and out of the f16 tables' codes, each SIMD kernel "
+    "equals scalar",
+    "[codecs][simd]") {
+  // The AVX2 kernel looks f16 words up by tables for the codes whose product is an f16 normal and
+  // those whose exponent field is 0 or 1, and sends each 32-code step holding any other code (a
+  // product under 2^-14 with e >= 2, a NaN code) to the ordinary path, choosing per block of 64
+  // steps. Rows of two whole blocks, a partial one and a tail, whose steps draw their codes from a
+  // window of 8 consecutive magnitudes at a random place (random signs): whatever a scale's
+  // threshold, some steps lie wholly above it, some across it, some below; some steps hold a NaN
+  // code. Every scale binade, both signs, channel and long groups.
+  std::mt19937_64 rng(32);
+  const size_t cols = 32 * 64 * 2 + 32 * 5 + 13;
+  std::vector<uint8_t> codes(cols);
+  for (size_t j = 0; j < cols; j += 32) {
+    const size_t n = std::min<size_t>(32, cols - j), base = rng() % 121;  // magnitudes [base, base + 8)
+    for (size_t k = 0; k < n; ++k) codes[j + k] = static_cast<uint8_t>((base + rng() % 8) | (rng() & 0x80));
+    if (rng() % 8 == 0) codes[j + rng() % n] = static_cast<uint8_t>(0x7F | (rng() & 0x80));
+  }
+  int calls = 0;
+  for (float sc : every_binade(rng))
+    for (uint64_t gs : {uint64_t(1024), uint64_t(cols)}) {
+      const std::vector<float> scale((cols + gs - 1) / gs, sc);
+      const codecs::DequantSpec spec{DType::BF16, DType::F16, gs, false};
+      std::vector<unsigned char> want(cols * 2), got(cols * 2);
+      codecs::dequant_byte_kernel(Isa::scalar)(codes.data(), cols, codecs::ByteCode::e4m3, scale.data(), nullptr, spec,
+                                               nullptr, want.data());
+      for (Isa isa : simd_isas()) {
+        codecs::dequant_byte_kernel(isa)(codes.data(), cols, codecs::ByteCode::e4m3, scale.data(), nullptr, spec,
+                                         nullptr, got.data());
+        ++calls;
+        INFO(codecs::isa_name(isa) << " scale bits 0x" << std::hex << codecs::f32_bits(sc) << std::dec << " gs=" << gs);
+        REQUIRE(want == got);
+      }
+    }
+  REQUIRE((calls > 0 || simd_isas().empty()));
+}
+
 TEST_CASE("Fused int8 dequant: every scale binade, zero points of every binade, each SIMD kernel equals scalar",
           "[codecs][simd]") {
   // The AVX2 kernel's bf16 path scales its factors by powers of two (scale * 2^-24 and 2^-8, zero

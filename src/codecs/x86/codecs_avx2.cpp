@@ -687,17 +687,28 @@ inline bool e4m3_table_scale(uint32_t sbits) {
   const uint32_t e = (sbits >> 23) & 0xFF;
   return e >= 16 && e <= 230;
 }
-[[gnu::always_inline]] inline E4m3Tables e4m3_tables(float scale) {
+// The bf16 words of the low nibble's codes: L's 16 (bf16(A_m) and, for e0 = 1, bf16(2 A_m) = its
+// bits + 128) and the e = 0 codes' 8 (bf16(m 2^-9 scale)), 8 of each a 32-bit lane's low half.
+struct E4m3Bf16 {
+  __m256i a, z;
+};
+[[gnu::always_inline]] inline E4m3Bf16 e4m3_bf16(float scale) {
   const __m256 s = _mm256_set1_ps(scale);
   constexpr float k = 0.0009765625f;  // 2^-10
   const __m256 a = _mm256_mul_ps(_mm256_setr_ps(8 * k, 9 * k, 10 * k, 11 * k, 12 * k, 13 * k, 14 * k, 15 * k), s);
   const __m256 z = _mm256_mul_ps(_mm256_setr_ps(0, 2 * k, 4 * k, 6 * k, 8 * k, 10 * k, 12 * k, 14 * k), s);
-  const __m256i ta = _mm256_srli_epi32(bf16_round_hi<false>(a), 16),
-                tz = _mm256_srli_epi32(bf16_round_hi<false>(z), 16);
-  // Words in order (packus interleaves lanes; qwords 0 2 1 3 restore it). L: ta0-7, then ta0-7 +
-  // 128 (e0 = 1). Z: tz0-7 twice (the second never looked up: codes with e = 0 have low nibbles 0-7).
-  const auto words = [](__m256i x, __m256i y) { return _mm256_permute4x64_epi64(_mm256_packus_epi32(x, y), 0xD8); };
-  return {table16_of_words(words(ta, _mm256_add_epi32(ta, _mm256_set1_epi32(128)))), table16_of_words(words(tz, tz))};
+  return {_mm256_srli_epi32(bf16_round_hi<false>(a), 16), _mm256_srli_epi32(bf16_round_hi<false>(z), 16)};
+}
+// 16 words in order from two vectors of 8 (packus interleaves lanes; qwords 0 2 1 3 restore it).
+[[gnu::always_inline]] inline __m256i e4m3_words(__m256i x, __m256i y) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(x, y), 0xD8);
+}
+[[gnu::always_inline]] inline E4m3Tables e4m3_tables(float scale) {
+  const E4m3Bf16 b = e4m3_bf16(scale);
+  // L: ta0-7, then ta0-7 + 128 (e0 = 1). Z: tz0-7 twice (the second never looked up: codes with
+  // e = 0 have low nibbles 0-7).
+  return {table16_of_words(e4m3_words(b.a, _mm256_add_epi32(b.a, _mm256_set1_epi32(128)))),
+          table16_of_words(e4m3_words(b.z, b.z))};
 }
 // 32 columns at o from the codes at p, unless one of them is a NaN code (then false, nothing
 // written). O = kBF16: the words; kF32 (natural bf16): each word << 16, the bf16 value as f32;
@@ -706,6 +717,20 @@ inline bool e4m3_table_scale(uint32_t sbits) {
 [[gnu::always_inline]] inline __m256i e4m3_h() {
   return _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -128, -127, -126, -125, -124, -123, -122, -121,  //
                           0, 1, 2, 3, 4, 5, 6, 7, -128, -127, -126, -125, -124, -123, -122, -121);
+}
+// The words of 32 codes c (bytes) by the tables: L + H, or Z + H for the codes whose bits Whole
+// (0x78: e = 0; 0x70: e <= 1) are all zero. w0 from each lane's low 8 codes, w1 its high 8.
+template <uint8_t Whole>
+[[gnu::always_inline]] inline void e4m3_lookup(__m256i c, const E4m3Tables& t, __m256i h, __m256i& w0, __m256i& w1) {
+  const __m256i nib = _mm256_set1_epi8(0x0F);
+  const __m256i lo = _mm256_and_si256(c, nib), hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), nib);
+  const __m256i sub = _mm256_cmpeq_epi8(_mm256_and_si256(c, _mm256_set1_epi8(Whole)), _mm256_setzero_si256());
+  const __m256i wlo = _mm256_blendv_epi8(_mm256_shuffle_epi8(t.l.lo, lo), _mm256_shuffle_epi8(t.z.lo, lo), sub);
+  const __m256i whi =
+      _mm256_add_epi8(_mm256_blendv_epi8(_mm256_shuffle_epi8(t.l.hi, lo), _mm256_shuffle_epi8(t.z.hi, lo), sub),
+                      _mm256_shuffle_epi8(h, hi));
+  w0 = _mm256_unpacklo_epi8(wlo, whi);
+  w1 = _mm256_unpackhi_epi8(wlo, whi);
 }
 template <Kind O, bool NT>
 [[gnu::always_inline]] inline bool e4m3_step32(const uint8_t* p, const E4m3Tables& t, void* o, __m256i h = e4m3_h()) {
@@ -721,14 +746,8 @@ template <Kind O, bool NT>
   const __m256i nan =
       _mm256_cmpeq_epi8(_mm256_or_si256(c, _mm256_set1_epi8(static_cast<char>(0x80))), _mm256_set1_epi8(-1));
   if (!_mm256_testz_si256(nan, nan)) return false;
-  const __m256i nib = _mm256_set1_epi8(0x0F);
-  const __m256i lo = _mm256_and_si256(c, nib), hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), nib);
-  const __m256i sub = _mm256_cmpeq_epi8(_mm256_and_si256(c, _mm256_set1_epi8(0x78)), _mm256_setzero_si256());
-  const __m256i wlo = _mm256_blendv_epi8(_mm256_shuffle_epi8(t.l.lo, lo), _mm256_shuffle_epi8(t.z.lo, lo), sub);
-  const __m256i whi =
-      _mm256_add_epi8(_mm256_blendv_epi8(_mm256_shuffle_epi8(t.l.hi, lo), _mm256_shuffle_epi8(t.z.hi, lo), sub),
-                      _mm256_shuffle_epi8(h, hi));
-  const __m256i w0 = _mm256_unpacklo_epi8(wlo, whi), w1 = _mm256_unpackhi_epi8(wlo, whi);
+  __m256i w0, w1;
+  e4m3_lookup<0x78>(c, t, h, w0, w1);
   if constexpr (O == kF32) {
     const __m256i zero = _mm256_setzero_si256();
     float* f = static_cast<float*>(o);
@@ -761,6 +780,90 @@ template <Kind N, Kind O, bool NT>
   for (size_t k = 0; k < 32; k += 16)
     byte_chunk16<N, O, false, true, NT, false>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k)), s256,
                                                _mm256_setzero_ps(), true, static_cast<unsigned char*>(o) + k * osz);
+}
+
+// E4M3 -> f16 of a bf16 product by the same lookups, the tables holding f16 words. Where the
+// product 2^e A_m (e >= 2) is an f16 normal, its f16 bits are its bf16 word w = bits(bf16(A_m)) +
+// (e << 7) rebased: ((|w| - (112 << 7)) << 3) | sign, the exponent field moved from bias 127 to 15
+// and the 7 fraction bits up to f16's 10 (exact: bf16 has 8 significant bits). That is a sum mod
+// 2^16 of the lookups, as the bf16 word is: L holds its words w as (|w| - 0x3800) << 3 plus w's
+// sign, and H puts e's high bits at << 11 (e3e2e1 << 3 on the high byte), the code's sign at << 15
+// as before. The codes with e <= 1 (high nibble s000: the low nibble alone tells them apart) are
+// looked up whole: Z holds f16(bf16(x scale)) of each, rounded by vcvtps2ph once per row -- the
+// f16 subnormals among small products included. What the tables cannot give: a code with e >= 2
+// whose product is below 2^-14 (an f16 subnormal, whose rounding is not a shift), and a NaN code.
+// Those are the magnitudes (code & 0x7F) in [16, T), T = 8 e_min, and 127; a step holding one goes
+// through e4m3_put32 (the bf16 tables, then vcvtps2ph).
+struct E4m3F16 {
+  E4m3Tables t;
+  // T - 144 per byte: a magnitude x >= 16 plus 112 is x - 144 as a signed byte, below it where x < T
+  // (x < 16 gives 112 .. 127, never below it)
+  __m256i below;
+};
+// The f16 tables of a scale e4m3_table_scale takes, or false where they give no code: 448 |scale|
+// must stay below f16's overflow (the largest product, 2^15 bf16(A_7), of bf16 exponent field <=
+// 142: below 65536, so at most 65280), and some e <= 15 must make every 2^e A_m an f16 normal (bf16
+// field >= 113, from e_min = 113 - field(bf16(A_0)) on).
+inline bool e4m3_f16_tables(float scale, E4m3F16& f) {
+  const E4m3Bf16 b = e4m3_bf16(scale);
+  const int e0 = (_mm256_extract_epi32(b.a, 0) >> 7) & 0xFF, e7 = (_mm256_extract_epi32(b.a, 7) >> 7) & 0xFF;
+  const int e_min = 113 - e0 > 2 ? 113 - e0 : 2;
+  if (e7 + 15 > 142 || e_min > 15) return false;
+  const __m256i a1 = _mm256_add_epi32(b.a, _mm256_set1_epi32(128));  // bf16(2 A_m): e0 = 1, or e = 1
+  const __m256i sign = _mm256_set1_epi16(static_cast<short>(0x8000)), l = e4m3_words(b.a, a1);
+  const __m256i lf =
+      _mm256_xor_si256(_mm256_slli_epi16(_mm256_sub_epi16(_mm256_andnot_si256(sign, l), _mm256_set1_epi16(0x3800)), 3),
+                       _mm256_and_si256(l, sign));
+  // Z: the e = 0 codes' products, then the e = 1 ones' (bf16(2 A_m)), each word as its f32 rounded to f16
+  const __m256i zf = _mm256_set_m128i(_mm256_cvtps_ph(_mm256_castsi256_ps(_mm256_slli_epi32(a1, 16)), kRne),
+                                      _mm256_cvtps_ph(_mm256_castsi256_ps(_mm256_slli_epi32(b.z, 16)), kRne));
+  f = {{table16_of_words(lf), table16_of_words(zf)}, _mm256_set1_epi8(static_cast<char>(8 * e_min - 144))};
+  return true;
+}
+// The H table of the f16 words: s << 7 | e3e2e1 << 3 on the high byte, in both lanes.
+[[gnu::always_inline]] inline __m256i e4m3_h_f16() {
+  return _mm256_setr_epi8(0, 8, 16, 24, 32, 40, 48, 56, -128, -120, -112, -104, -96, -88, -80, -72,  //
+                          0, 8, 16, 24, 32, 40, 48, 56, -128, -120, -112, -104, -96, -88, -80, -72);
+}
+// 32 columns [j, j1) as f16 from the codes there, 32 a step, by the f16 tables f, or e4m3_put32's
+// (t, s256) for the steps they cannot give; returns where it stopped (fewer than 32 columns left).
+// Per block of up to 64 steps a first pass flags those steps, and then two loops run over the bits
+// of the block's masks, the table steps and then the flagged ones: the codes choose no branch per
+// step. (Choosing per step by a branch cost the tables all their gain on a real row: 7-10 % of
+// steps flagged there, and each a mispredicted branch plus the old step.)
+template <Kind N, bool NT>
+size_t e4m3_f16_run(const uint8_t* codes, size_t j, size_t j1, const E4m3F16& f, const E4m3Tables& t, __m256 s256,
+                    unsigned char* o) {
+  const __m256i h = e4m3_h_f16(), hb = e4m3_h(), m7 = _mm256_set1_epi8(0x7F);
+  while (j1 - j >= 32) {
+    const size_t n = (j1 - j) / 32 < 64 ? (j1 - j) / 32 : 64;
+    const uint8_t* p = codes + j;
+    unsigned char* q = o + j * 2;
+    uint64_t flagged = 0;
+    for (size_t k = 0; k < n; ++k) {
+      _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + 32 * k + x86::kCodesAhead),
+                   _MM_HINT_T0);
+      const __m256i mag = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * k)), m7);
+      const __m256i out = _mm256_or_si256(_mm256_cmpeq_epi8(mag, m7),
+                                          _mm256_cmpgt_epi8(f.below, _mm256_add_epi8(mag, _mm256_set1_epi8(0x70))));
+      flagged |= static_cast<uint64_t>(!_mm256_testz_si256(out, out)) << k;
+    }
+    for (uint64_t go = ~flagged & (n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1); go; go &= go - 1) {
+      const size_t k = static_cast<size_t>(__builtin_ctzll(go));
+      __m256i w0, w1;
+      e4m3_lookup<0x70>(
+          _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * k)), 0xD8), f.t, h, w0,
+          w1);
+      put256<NT>(q + 64 * k, w0);
+      put256<NT>(q + 64 * k + 32, w1);
+    }
+    for (; flagged; flagged &= flagged - 1) {
+      const size_t k = static_cast<size_t>(__builtin_ctzll(flagged));
+      e4m3_put32<N, kF16, NT>(p + 32 * k, t, s256, q + 64 * k, hb);
+    }
+    j += 32 * n;
+  }
+  return j;
 }
 
 // E4M3 rows whose group scales are all positive powers of two in range (codecs/x86/pow2_scales.hpp;
@@ -878,6 +981,10 @@ void byte_run(const uint8_t* codes, size_t cols, const float* scale, const float
                                  ? x86::memo_table<E4m3Tables>(memo, g, x86::kAvx2E4m3Tag, scale[g], 0.f,
                                                                [&] { return e4m3_tables(scale[g]); })
                                  : e4m3_tables(scale[g]);
+        if constexpr (O == kF16) {  // natural bf16 (kTables)
+          E4m3F16 f;
+          if (j1 - j >= 256 && e4m3_f16_tables(scale[g], f)) j = e4m3_f16_run<N, NT>(codes, j, j1, f, t, s16, o);
+        }
         for (; j + 32 <= j1; j += 32) {
           _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(codes) + j + x86::kCodesAhead),
                        _MM_HINT_T0);
