@@ -631,21 +631,29 @@ TEST_CASE(
     for (size_t k = 0; k < n; ++k) codes[j + k] = static_cast<uint8_t>((base + rng() % 8) | (rng() & 0x80));
     if (rng() % 8 == 0) codes[j + rng() % n] = static_cast<uint8_t>(0x7F | (rng() & 0x80));
   }
+  const Guarded gcodes(codes.data(), cols);  // nothing past the codes is read
   int calls = 0;
   for (float sc : every_binade(rng))
     for (uint64_t gs : {uint64_t(1024), uint64_t(cols)}) {
       const std::vector<float> scale((cols + gs - 1) / gs, sc);
       const codecs::DequantSpec spec{DType::BF16, DType::F16, gs, false};
-      std::vector<unsigned char> want(cols * 2), got(cols * 2);
-      codecs::dequant_byte_kernel(Isa::scalar)(codes.data(), cols, codecs::ByteCode::e4m3, scale.data(), nullptr, spec,
-                                               nullptr, want.data());
-      for (Isa isa : simd_isas()) {
-        codecs::dequant_byte_kernel(isa)(codes.data(), cols, codecs::ByteCode::e4m3, scale.data(), nullptr, spec,
-                                         nullptr, got.data());
-        ++calls;
-        INFO(codecs::isa_name(isa) << " scale bits 0x" << std::hex << codecs::f32_bits(sc) << std::dec << " gs=" << gs);
-        REQUIRE(want == got);
-      }
+      std::vector<unsigned char> want(cols * 2 + 64, 0xAB);  // and 64 bytes past the row
+      codecs::dequant_byte_kernel(Isa::scalar)(gcodes.get<uint8_t>(), cols, codecs::ByteCode::e4m3, scale.data(),
+                                               nullptr, spec, nullptr, want.data());
+      for (Isa isa : simd_isas())
+        for (size_t shift : {size_t(0), size_t(2), size_t(16)})  // streamed stores at a line, and off one
+          for (bool stream : {false, true}) {
+            codecs::DequantSpec sp = spec;
+            sp.stream = stream;
+            OutBuf ob(cols * 2 + 64, shift);
+            codecs::dequant_byte_kernel(isa)(gcodes.get<uint8_t>(), cols, codecs::ByteCode::e4m3, scale.data(), nullptr,
+                                             sp, nullptr, ob.p);
+            ++calls;
+            INFO(codecs::isa_name(isa) << " scale bits 0x" << std::hex << codecs::f32_bits(sc) << std::dec
+                                       << " gs=" << gs << " stream=" << stream << " shift=" << shift);
+            CHECK(ob.untouched_before());
+            REQUIRE(ob.row(cols * 2 + 64) == want);
+          }
     }
   REQUIRE((calls > 0 || simd_isas().empty()));
 }

@@ -897,10 +897,15 @@ size_t pow2_e4m3_run(const uint8_t* codes, size_t cols, const float* scale, size
   auto* o = static_cast<unsigned char*>(out);
   const E4m3Tables by_r[2] = {e4m3_tables(1.f), e4m3_tables(2.f)};
   const __m256i h_table = e4m3_h(), m0 = _mm256_setr_epi64x(0xFF, 0, 0xFF, 0);  // byte 0 of each lane: Z's m = 0
+  // The step's group by a running count: as j / gs, a 64-bit division per step (a loop over the
+  // groups with one over each group's steps measured 21 % slower still: the per-group setup hoisted
+  // out of the steps spilled).
   size_t j = 0;
-  for (; j + 32 <= cols; j += 32) {
+  const float* sg = scale;
+  for (size_t next = gs; j + 32 <= cols; j += 32) {
     _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(codes) + j + x86::kCodesAhead), _MM_HINT_T0);
-    const float sc = scale[j / gs];
+    if (j == next) ++sg, next += gs;
+    const float sc = *sg;
     uint32_t b;
     __builtin_memcpy(&b, &sc, 4);
     const int k = static_cast<int>(b >> 23) - 127;
