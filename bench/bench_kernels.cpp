@@ -450,7 +450,12 @@ void register_kernels() {
         Int4{"BM_dequant_int4/nvfp4_g16_bf16_4096x14336", kColsWide, false, DType::BF16, DType::BF16, true, 16, 1},
         Int4{"BM_dequant_int4/nvfp4_g16_bf16_to_f32_4096x4096", kCols, false, DType::BF16, DType::F32, true, 16, 1},
         Int4{"BM_dequant_int4/mxfp4_g32_bf16_4096x4096", kCols, false, DType::BF16, DType::BF16, true, 32, 1},
-        Int4{"BM_dequant_int4/mxfp4_g32_bf16_4096x14336", kColsWide, false, DType::BF16, DType::BF16, true, 32, 1}};
+        Int4{"BM_dequant_int4/mxfp4_g32_bf16_4096x14336", kColsWide, false, DType::BF16, DType::BF16, true, 32, 1},
+        // every output of the bf16 checkpoints: f16 (an engine that runs fp16) and f32
+        Int4{"BM_dequant_int4/int4_g128_bf16_to_f16_4096x4096", kCols, false, DType::BF16, DType::F16},
+        Int4{"BM_dequant_int4/nvfp4_g16_bf16_to_f16_4096x4096", kCols, false, DType::BF16, DType::F16, true, 16, 1},
+        Int4{"BM_dequant_int4/mxfp4_g32_bf16_to_f16_4096x4096", kCols, false, DType::BF16, DType::F16, true, 32, 1},
+        Int4{"BM_dequant_int4/mxfp4_g32_bf16_to_f32_4096x4096", kCols, false, DType::BF16, DType::F32, true, 32, 1}};
     const auto add_int4 = [&](const Int4& c, Stores how, const char* suffix = "") {
       add(std::string(c.name) + suffix, [c, isa, how](benchmark::State& st) {
         BM_dequant_nibble(st, kRows, c.cols, c.zp, c.nat, c.d, c.fp4, c.group, c.scale_bytes, isa, how);
@@ -483,7 +488,15 @@ void register_kernels() {
         Byte{"BM_dequant_byte/fp8_channel_f32_4096x4096", kCols, ByteCode::e4m3, 0, 0, DType::F32},
         Byte{"BM_dequant_byte/fp8_channel_f32_4096x7168", kColsWideF32, ByteCode::e4m3, 0, 0, DType::F32},
         Byte{"BM_dequant_byte/mxfp8_g32_bf16_4096x4096", kCols, ByteCode::e4m3, 32, 0, DType::BF16, true},
-        Byte{"BM_dequant_byte/mxfp8_g32_bf16_4096x14336", kColsWide, ByteCode::e4m3, 32, 0, DType::BF16, true}};
+        Byte{"BM_dequant_byte/mxfp8_g32_bf16_4096x14336", kColsWide, ByteCode::e4m3, 32, 0, DType::BF16, true},
+        // f16 and f32 outputs of the bf16 checkpoints (fp8 channel's are above)
+        Byte{"BM_dequant_byte/fp8_block128_f16_4096x4096", kCols, ByteCode::e4m3, 128, 128, DType::F16},
+        Byte{"BM_dequant_byte/fp8_block128_f32_4096x4096", kCols, ByteCode::e4m3, 128, 128, DType::F32},
+        Byte{"BM_dequant_byte/int8_channel_f16_4096x4096", kCols, ByteCode::i8, 0, 0, DType::F16},
+        Byte{"BM_dequant_byte/int8_channel_f32_4096x4096", kCols, ByteCode::i8, 0, 0, DType::F32},
+        Byte{"BM_dequant_byte/int8_group128_f16_4096x4096", kCols, ByteCode::i8, 128, 0, DType::F16},
+        Byte{"BM_dequant_byte/mxfp8_g32_f16_4096x4096", kCols, ByteCode::e4m3, 32, 0, DType::F16, true},
+        Byte{"BM_dequant_byte/mxfp8_g32_f32_4096x4096", kCols, ByteCode::e4m3, 32, 0, DType::F32, true}};
     const auto add_byte = [&](const Byte& c, Stores how, const char* suffix = "") {
       add(
           std::string(c.name) + suffix,
@@ -524,15 +537,31 @@ void register_kernels() {
       const char* out;
       size_t cols = kCols;
     };
-    for (const Packed c :
-         {Packed{2, DType::BF16, "bf16"}, Packed{3, DType::BF16, "bf16"}, Packed{5, DType::BF16, "bf16"},
-          Packed{6, DType::BF16, "bf16"}, Packed{7, DType::BF16, "bf16"}, Packed{8, DType::BF16, "bf16"},
-          Packed{3, DType::F16, "f16"}, Packed{6, DType::F16, "f16"}, Packed{3, DType::F32, "bf16_to_f32"},
-          Packed{6, DType::F32, "bf16_to_f32"}, Packed{2, DType::BF16, "bf16", kColsWide},
-          Packed{3, DType::BF16, "bf16", kColsWide}, Packed{5, DType::BF16, "bf16", kColsWide},
-          Packed{6, DType::BF16, "bf16", kColsWide}, Packed{7, DType::BF16, "bf16", kColsWide},
-          Packed{8, DType::BF16, "bf16", kColsWide}, Packed{3, DType::F16, "f16", kColsWide},
-          Packed{3, DType::F32, "bf16_to_f32", kColsWideF32}, Packed{6, DType::F32, "bf16_to_f32", kColsWideF32}})
+    for (const Packed c : {Packed{2, DType::BF16, "bf16"},
+                           Packed{3, DType::BF16, "bf16"},
+                           Packed{5, DType::BF16, "bf16"},
+                           Packed{6, DType::BF16, "bf16"},
+                           Packed{7, DType::BF16, "bf16"},
+                           Packed{8, DType::BF16, "bf16"},
+                           Packed{3, DType::F16, "f16"},
+                           Packed{6, DType::F16, "f16"},
+                           Packed{3, DType::F32, "bf16_to_f32"},
+                           Packed{6, DType::F32, "bf16_to_f32"},
+                           Packed{2, DType::F16, "f16"},
+                           Packed{5, DType::F16, "f16"},
+                           Packed{7, DType::F16, "f16"},
+                           Packed{8, DType::F16, "f16"},
+                           Packed{2, DType::F32, "bf16_to_f32"},
+                           Packed{8, DType::F32, "bf16_to_f32"},
+                           Packed{2, DType::BF16, "bf16", kColsWide},
+                           Packed{3, DType::BF16, "bf16", kColsWide},
+                           Packed{5, DType::BF16, "bf16", kColsWide},
+                           Packed{6, DType::BF16, "bf16", kColsWide},
+                           Packed{7, DType::BF16, "bf16", kColsWide},
+                           Packed{8, DType::BF16, "bf16", kColsWide},
+                           Packed{3, DType::F16, "f16", kColsWide},
+                           Packed{3, DType::F32, "bf16_to_f32", kColsWideF32},
+                           Packed{6, DType::F32, "bf16_to_f32", kColsWideF32}})
       for (bool two_pass : {false, true}) {
         if (two_pass && c.cols != kCols) continue;  // the A/B at one size
         add(std::string(two_pass ? "BM_dequant_packed_2pass" : "BM_dequant_packed") + "/int" + std::to_string(c.bits) +
