@@ -758,7 +758,8 @@ TEST_CASE("Fused E4M3 dequant with power-of-two scales (mxfp8's E8M0): each SIMD
 TEST_CASE("Fused fp4 (E2M1) dequant: every scale binade, and groups out of range among others", "[codecs][simd]") {
   // As above for the nibble kernel with the E2M1 table (nvfp4: 16-column groups, mxfp4: 32): the
   // x86 kernels build a group's table from bf16(scale) and bf16(1.5 scale) where the scale's binade
-  // keeps that exact, in runs of 8 groups (AVX2) or up to 16 (AVX-512). Every binade with one scale for the row, then
+  // keeps that exact, in runs of 8 groups (AVX2) or up to 16 (AVX-512); f16 outputs of a bf16
+  // product round those words (AVX2). Every binade with one scale for the row, then
   // rows whose groups mix in-range scales with an out-of-range one at every position of a run, on a row whose last run
   // is short (codes and scales end at a guard page: nothing past them is read).
   std::mt19937_64 rng(31);
@@ -772,7 +773,7 @@ TEST_CASE("Fused fp4 (E2M1) dequant: every scale binade, and groups out of range
     plus_zero[8] = 0.f;
     for (const auto& lut : {fp4_lut(), plus_zero})
       for (DType nat : {DType::BF16, DType::F32, DType::F16})
-        for (DType out : {DType::BF16, DType::F32}) {
+        for (DType out : {DType::BF16, DType::F32, DType::F16}) {
           INFO(what << " " << dtype_name(nat) << "->" << dtype_name(out) << " gs=" << gs << " cols=" << cols);
           calls += nibble_equals_scalar(gpacked.get<uint8_t>(), cols, lut.data(), gscale.get<float>(),
                                         codecs::DequantSpec{nat, out, gs});

@@ -440,15 +440,15 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
 }
 
 // E2M1 codes (fp4: nvfp4's 16-column and mxfp4's 32-column groups) -> bf16 of a bf16 or f32
-// product (or that bf16 value as f32), no zero points: a group's table from two roundings instead
-// of sixteen. The magnitudes 0.5, 1, 2, 4 are 2^k and 1.5, 3, 6 are 2^k 1.5, so while the products
-// and their roundings are normal and finite, each output's bits are those of T0 = bf16(scale) or
-// T1 = bf16(1.5 scale) plus k << 7 (rounding commutes with a power of two there); the code's sign
-// adds 0x8000 (RNE is symmetric) and a zero code is the scale's signed zero flipped by its own.
-// T0, T1 and that zero are computed for 8 groups at once; the tables of a lane's group are three
-// in-lane vpshufb, an add and an xor of them (e2m1_pair_table). 16-column groups go two at a time,
-// one group's tables in each lane (the scales loaded even groups to lane 0, odd ones to lane 1),
-// 32 columns a step; a 32-column group's tables fill both lanes (one vpermq first).
+// product (or that bf16 value as f32 or f16), no zero points: a group's table from two roundings
+// instead of sixteen. The magnitudes 0.5, 1, 2, 4 are 2^k and 1.5, 3, 6 are 2^k 1.5, so while the
+// products and their roundings are normal and finite, each output's bits are those of T0 =
+// bf16(scale) or T1 = bf16(1.5 scale) plus k << 7 (rounding commutes with a power of two there);
+// the code's sign adds 0x8000 (RNE is symmetric) and a zero code is the scale's signed zero flipped
+// by its own. T0, T1 and that zero are computed for 8 groups at once; the tables of a lane's group
+// are three in-lane vpshufb, an add and an xor of them (e2m1_pair_table). 16-column groups go two
+// at a time, one group's tables in each lane (the scales loaded even groups to lane 0, odd ones to
+// lane 1), 32 columns a step; a 32-column group's tables fill both lanes (one vpermq first).
 // A scale's exponent field in 8..240 keeps every product and table entry normal and far from
 // overflow (0.5 |scale| >= 2^-120, 6 |scale| < 2^117); a run holding another goes the general way.
 [[gnu::always_inline]] inline bool is_e2m1_lut(const float* lut) {  // exactly e2m1_to_f32's values, -0.0 at code 8
@@ -464,15 +464,25 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
 // in qword Half of the lane. Code c < 8 takes word 0 (zero), 1 (T0: 0.5, 1, 2, 4) or 2 (T1: 1.5,
 // 3, 6) plus its power of two (k << 7); code c + 8 is code c negated, its word that one with the
 // sign flipped (RNE is symmetric; a zero's sign flips as -(+-0) does): the same low byte, the high
-// byte ^ 0x80. Every step stays in its lane.
-template <int Half>
+// byte ^ 0x80. Every step stays in its lane. F16: the words of codes 0-7 rounded to f16 (the f16
+// of a bf16 product; RNE is symmetric, so the sign still flips by the high byte's top bit), 8
+// roundings per table: rounding the outputs instead cost 16 per 32 columns (nvfp4 0.47 of memset
+// against 0.56).
+template <int Half, bool F16 = false>
 [[gnu::always_inline]] inline Table16 e2m1_pair_table(__m256i q) {
   constexpr char o = 8 * Half;
   const __m256i pick = _mm256_setr_epi8(o, o + 1, o + 2, o + 3, o + 2, o + 3, o + 4, o + 5, o + 2, o + 3, o + 4, o + 5,
                                         o + 2, o + 3, o + 4, o + 5, o, o + 1, o + 2, o + 3, o + 2, o + 3, o + 4, o + 5,
                                         o + 2, o + 3, o + 4, o + 5, o + 2, o + 3, o + 4, o + 5);
   const __m256i add = _mm256_setr_epi16(0, -128, 0, 0, 128, 128, 256, 256, 0, -128, 0, 0, 128, 128, 256, 256);
-  const __m256i w = _mm256_add_epi16(_mm256_shuffle_epi8(q, pick), add);  // codes 0-7's words, per lane
+  __m256i w = _mm256_add_epi16(_mm256_shuffle_epi8(q, pick), add);  // codes 0-7's words, per lane
+  if constexpr (F16) {
+    // each lane's words 0-3 (then 4-7) as f32, rounded: [lane 0's, lane 1's] per half; then back in lanes
+    const __m256i zero = _mm256_setzero_si256();
+    const __m128i a = _mm256_cvtps_ph(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w)), kRne),
+                  b = _mm256_cvtps_ph(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w)), kRne);
+    w = _mm256_set_m128i(_mm_unpackhi_epi64(a, b), _mm_unpacklo_epi64(a, b));
+  }
   const __m256i lo = _mm256_shuffle_epi8(w, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14, 0, 2,
                                                              4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14));
   const __m256i hi = _mm256_shuffle_epi8(w, _mm256_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15, 1, 3,
@@ -492,8 +502,10 @@ template <bool NT, Kind O>
 }
 // Columns from 0 while whole runs of 8 groups of gs (16 or 32) columns remain and their scales are
 // in range; returns the columns written (a whole number of groups).
-template <Kind O, bool NT>
+template <Kind Out, bool NT>
 size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_t gs, void* out) {
+  constexpr bool F16 = Out == kF16;      // f16 words in the tables
+  constexpr Kind O = F16 ? kBF16 : Out;  // the tables' words as put_words writes them
   const auto at = [out](size_t j) { return static_cast<unsigned char*>(out) + j * (O == kF32 ? 4 : 2); };
   size_t j = 0;
   for (size_t g = 0; cols - j >= 8 * gs; g += 8) {
@@ -512,17 +524,18 @@ size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_
     // Qwords (zero, T0, T1, 0) of the scales' dwords 0 1 | 4 5 (qa) and 2 3 | 6 7 (qb).
     const __m256i qa = _mm256_unpacklo_epi32(zt0, t1), qb = _mm256_unpackhi_epi32(zt0, t1);
     if (gs == 16) {  // qa: groups 0 2 | 1 3, qb: 4 6 | 5 7
-      chunk_pair_table16<NT, O>(packed + j / 2, e2m1_pair_table<0>(qa), at(j));
-      chunk_pair_table16<NT, O>(packed + j / 2 + 16, e2m1_pair_table<1>(qa), at(j + 32));
-      chunk_pair_table16<NT, O>(packed + j / 2 + 32, e2m1_pair_table<0>(qb), at(j + 64));
-      chunk_pair_table16<NT, O>(packed + j / 2 + 48, e2m1_pair_table<1>(qb), at(j + 96));
+      chunk_pair_table16<NT, O>(packed + j / 2, e2m1_pair_table<0, F16>(qa), at(j));
+      chunk_pair_table16<NT, O>(packed + j / 2 + 16, e2m1_pair_table<1, F16>(qa), at(j + 32));
+      chunk_pair_table16<NT, O>(packed + j / 2 + 32, e2m1_pair_table<0, F16>(qb), at(j + 64));
+      chunk_pair_table16<NT, O>(packed + j / 2 + 48, e2m1_pair_table<1, F16>(qb), at(j + 96));
       j += 128;
     } else {  // one group in both lanes: qa 0 1 | 4 5, qb 2 3 | 6 7
       const __m256i q[8] = {_mm256_permute4x64_epi64(qa, 0x00), _mm256_permute4x64_epi64(qa, 0x55),
                             _mm256_permute4x64_epi64(qb, 0x00), _mm256_permute4x64_epi64(qb, 0x55),
                             _mm256_permute4x64_epi64(qa, 0xAA), _mm256_permute4x64_epi64(qa, 0xFF),
                             _mm256_permute4x64_epi64(qb, 0xAA), _mm256_permute4x64_epi64(qb, 0xFF)};
-      for (unsigned k = 0; k < 8; ++k, j += 32) chunk_table16<NT, O>(packed + j / 2, e2m1_pair_table<0>(q[k]), at(j));
+      for (unsigned k = 0; k < 8; ++k, j += 32)
+        chunk_table16<NT, O>(packed + j / 2, e2m1_pair_table<0, F16>(q[k]), at(j));
     }
   }
   return j;
@@ -1539,7 +1552,9 @@ void dequant_nibble(const uint8_t* packed, size_t cols, const float* lut, const 
         constexpr Kind N = decltype(n)::value, O = decltype(o)::value;
         constexpr bool Z = decltype(z)::value, NT = decltype(nt)::value;
         size_t j = 0, g = 0;  // columns and groups done by the E2M1 tables
-        if constexpr (((O == kBF16 && N != kF16) || (O == kF32 && N == kBF16)) && !Z) {
+        // f16 of a bf16 product: the bf16 words rounded (e2m1_pair_table); of an f32 or f16 one,
+        // no bf16 word holds the product
+        if constexpr (((O == kBF16 && N != kF16) || (O != kBF16 && N == kBF16)) && !Z) {
           if ((gs == 16 || gs == 32) && is_e2m1_lut(lut)) {
             j = e2m1_groups<O, NT>(packed, cols, scale, gs, out);
             g = j / gs;
