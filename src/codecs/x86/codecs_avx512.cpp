@@ -779,7 +779,8 @@ template <Kind N, Kind O, bool ZP>
 // bf16(w s)'s plus k << 7, with v's sign (RNE is symmetric), and v = 0 the scale's signed zero:
 // derived_words of the 2^(b-2) odd products' words (one or two roundings of 16) instead of 2^b
 // roundings. An exponent field of 1..246 keeps |s| <= every nonzero product < 2^127.
-template <unsigned B>
+// Shift: where the exponent field starts, 7 (bf16 words) or 10 (f16 words, below).
+template <unsigned B, unsigned Shift = 7>
 constexpr DerivedWords<(1u << B)> make_odd_words() {
   DerivedWords<(1u << B)> t{};
   for (int u = 0; u < (1 << B); ++u) {
@@ -787,17 +788,41 @@ constexpr DerivedWords<(1u << B)> make_odd_words() {
     unsigned w = static_cast<unsigned>(v < 0 ? -v : v), k = 0;
     while (w != 0 && w % 2 == 0) w /= 2, ++k;
     t.idx[u] = static_cast<uint16_t>(w == 0 ? 0 : (w - 1) / 2);  // w's product is word (w - 1) / 2
-    t.add[u] = static_cast<uint16_t>(k << 7);
+    t.add[u] = static_cast<uint16_t>(k << Shift);
     t.keep[u] = w == 0 ? 0x8000 : 0xFFFF;
     t.sign[u] = v < 0 ? 0x8000 : 0;
   }
   return t;
 }
 inline constexpr DerivedWords<64> kOddWords6 = make_odd_words<6>();
-inline constexpr DerivedWords<128> kOddWords7 = make_odd_words<7>();
+inline constexpr DerivedWords<128> kOddWords7 = make_odd_words<7>(), kOddWords7F16 = make_odd_words<7, 10>();
 inline bool odd_table_scale(int scale_bits) {
   const unsigned e = (static_cast<unsigned>(scale_bits) >> 23) & 0xFF;
   return e >= 1 && e <= 246;
+}
+// 7-bit codes to f16 of a bf16 product, the same way in f16 words: where every entry's bf16 is an
+// f16 normal, the f16 of 2^k bf16(w s) is f16(bf16(w s))'s word plus k << 10 (a power of two moves
+// the exponent field alone), so the 32 odd products' words are rounded to f16 once and derived from
+// there. |s| >= 2^-14 (field >= 113) keeps every nonzero entry (>= bf16(s)) normal, |s| < 2^9
+// (field <= 135) keeps the largest, bf16(64 s) < 2^15, below f16's overflow. The general table
+// (128 products, each rounded twice) held these rows to 0.66 of memset; converting each derived
+// bf16 table to f16 instead (four conversions) measured no faster, and for 6-bit codes slower.
+inline bool odd_f16_scale(int scale_bits) {
+  const unsigned e = (static_cast<unsigned>(scale_bits) >> 23) & 0xFF;
+  return e >= 113 && e <= 135;
+}
+[[gnu::always_inline]] inline PackedTable odd_packed_table7_f16(__m512 s, __m512i even, __m512i odd) {
+  const __m512 w = _mm512_setr_ps(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512i t =
+      bf16_words_f16(high_words(bf16_round_hi<false>(_mm512_mul_ps(w, s)),
+                                bf16_round_hi<false>(_mm512_mul_ps(_mm512_add_ps(w, _mm512_set1_ps(32.f)), s))));
+  PackedTable pt;
+  for (unsigned k = 0; k < 2; ++k) {
+    const __m512i w0 = derived_words(t, kOddWords7F16, 2 * k), w1 = derived_words(t, kOddWords7F16, 2 * k + 1);
+    pt.lo[k] = _mm512_permutex2var_epi8(w0, even, w1);
+    pt.hi[k] = _mm512_permutex2var_epi8(w0, odd, w1);
+  }
+  return pt;
 }
 template <unsigned B>
 [[gnu::always_inline]] inline PackedTable odd_packed_table(__m512 s, __m512i even, __m512i odd) {
@@ -856,6 +881,10 @@ template <Kind N, Kind O, bool ZP>
       if (bits == 6) return odd_packed_table<6>(s, even, odd);
       if (bits == 7) return odd_packed_table<7>(s, even, odd);
     }
+  }
+  if constexpr (O == kF16 && N == kBF16 && !ZP) {
+    if (bits == 7 && odd_f16_scale(_mm_cvtsi128_si32(_mm512_castsi512_si128(_mm512_castps_si512(s)))))
+      return odd_packed_table7_f16(s, even, odd);
   }
   for (unsigned k = 0; 2 * k < (1u << bits) / 32; ++k) {
     const __m512i w0 = table_words<N, O, ZP>(bits, 2 * k, s, z), w1 = table_words<N, O, ZP>(bits, 2 * k + 1, s, z);
