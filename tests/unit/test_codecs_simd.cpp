@@ -655,6 +655,32 @@ TEST_CASE(
             REQUIRE(ob.row(cols * 2 + 64) == want);
           }
     }
+  // Block weights' groups (128, 256 columns) through the table memo: built, then found by the next
+  // row; then another scale's tables built by a bf16 call, and that scale's f16 outputs asked for
+  // (the memo keys a table by everything it depends on: one of another output must not serve).
+  const std::vector<float> binades = every_binade(rng);
+  for (size_t i = 0; i < binades.size(); ++i)
+    for (uint64_t gs : {uint64_t(128), uint64_t(256)}) {
+      const size_t n = cols / gs * gs;
+      const std::vector<float> first(n / gs, binades[i]), second(n / gs, binades[(i + 7) % binades.size()]);
+      for (Isa isa : simd_isas()) {
+        std::vector<std::byte> memo(codecs::kDequantByteMemoBytes);
+        const std::pair<DType, const std::vector<float>*> seq[] = {
+            {DType::F16, &first}, {DType::F16, &first}, {DType::BF16, &second}, {DType::F16, &second}};
+        for (const auto& [out, scale] : seq) {
+          const codecs::DequantSpec spec{DType::BF16, out, gs, false};
+          std::vector<unsigned char> want(n * 2), got(n * 2);
+          codecs::dequant_byte_kernel(Isa::scalar)(codes.data(), n, codecs::ByteCode::e4m3, scale->data(), nullptr,
+                                                   spec, nullptr, want.data());
+          codecs::dequant_byte_kernel(isa)(codes.data(), n, codecs::ByteCode::e4m3, scale->data(), nullptr, spec,
+                                           memo.data(), got.data());
+          ++calls;
+          INFO(codecs::isa_name(isa) << " memo, scale bits 0x" << std::hex << codecs::f32_bits((*scale)[0]) << std::dec
+                                     << " gs=" << gs << " out " << dtype_name(out));
+          REQUIRE(want == got);
+        }
+      }
+    }
   REQUIRE((calls > 0 || simd_isas().empty()));
 }
 
