@@ -190,6 +190,11 @@ template <bool NaN = true>
   return _mm256_castsi256_ps(_mm256_and_si256(bf16_round_hi<NaN>(v), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
 [[gnu::always_inline]] inline __m256 f16_image(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, kRne)); }
+// 8 bf16 values, each in the high half of a 32-bit lane whose low half is zero (so the lane is its
+// f32), rounded to f16 (RNE).
+[[gnu::always_inline]] inline __m128i f16_of_bf16_hi(__m256i x) {
+  return _mm256_cvtps_ph(_mm256_castsi256_ps(x), kRne);
+}
 
 template <Kind N, bool NaN = true>
 [[gnu::always_inline]] inline __m256 natural_image(__m256 v) {
@@ -479,8 +484,8 @@ template <int Half, bool F16 = false>
   if constexpr (F16) {
     // each lane's words 0-3 (then 4-7) as f32, rounded: [lane 0's, lane 1's] per half; then back in lanes
     const __m256i zero = _mm256_setzero_si256();
-    const __m128i a = _mm256_cvtps_ph(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w)), kRne),
-                  b = _mm256_cvtps_ph(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w)), kRne);
+    const __m128i a = f16_of_bf16_hi(_mm256_unpacklo_epi16(zero, w)),
+                  b = f16_of_bf16_hi(_mm256_unpackhi_epi16(zero, w));
     w = _mm256_set_m128i(_mm_unpackhi_epi64(a, b), _mm_unpacklo_epi64(a, b));
   }
   const __m256i lo = _mm256_shuffle_epi8(w, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14, 0, 2,
@@ -771,11 +776,10 @@ template <Kind O, bool NT>
   } else if constexpr (O == kF16) {  // the f32 image rounded to f16, as out_f16<kBF16>
     const __m256i zero = _mm256_setzero_si256();
     uint16_t* h = static_cast<uint16_t*>(o);
-    const auto f16 = [&](__m256i w) { return _mm256_cvtps_ph(_mm256_castsi256_ps(w), kRne); };
-    put128<NT>(h, f16(_mm256_unpacklo_epi16(zero, w0)));
-    put128<NT>(h + 8, f16(_mm256_unpackhi_epi16(zero, w0)));
-    put128<NT>(h + 16, f16(_mm256_unpacklo_epi16(zero, w1)));
-    put128<NT>(h + 24, f16(_mm256_unpackhi_epi16(zero, w1)));
+    put128<NT>(h, f16_of_bf16_hi(_mm256_unpacklo_epi16(zero, w0)));
+    put128<NT>(h + 8, f16_of_bf16_hi(_mm256_unpackhi_epi16(zero, w0)));
+    put128<NT>(h + 16, f16_of_bf16_hi(_mm256_unpacklo_epi16(zero, w1)));
+    put128<NT>(h + 24, f16_of_bf16_hi(_mm256_unpackhi_epi16(zero, w1)));
   } else {
     put256<NT>(o, w0);
     put256<NT>(static_cast<uint16_t*>(o) + 16, w1);
@@ -828,8 +832,8 @@ inline bool e4m3_f16_tables(float scale, E4m3F16& f) {
       _mm256_xor_si256(_mm256_slli_epi16(_mm256_sub_epi16(_mm256_andnot_si256(sign, l), _mm256_set1_epi16(0x3800)), 3),
                        _mm256_and_si256(l, sign));
   // Z: the e = 0 codes' products, then the e = 1 ones' (bf16(2 A_m)), each word as its f32 rounded to f16
-  const __m256i zf = _mm256_set_m128i(_mm256_cvtps_ph(_mm256_castsi256_ps(_mm256_slli_epi32(a1, 16)), kRne),
-                                      _mm256_cvtps_ph(_mm256_castsi256_ps(_mm256_slli_epi32(b.z, 16)), kRne));
+  const __m256i zf =
+      _mm256_set_m128i(f16_of_bf16_hi(_mm256_slli_epi32(a1, 16)), f16_of_bf16_hi(_mm256_slli_epi32(b.z, 16)));
   f = {{table16_of_words(lf), table16_of_words(zf)}, _mm256_set1_epi8(static_cast<char>(8 * e_min - 144))};
   return true;
 }
