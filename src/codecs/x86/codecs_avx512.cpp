@@ -811,29 +811,20 @@ inline bool odd_f16_scale(int scale_bits) {
   const unsigned e = (static_cast<unsigned>(scale_bits) >> 23) & 0xFF;
   return e >= 113 && e <= 135;
 }
-[[gnu::always_inline]] inline PackedTable odd_packed_table7_f16(__m512 s, __m512i even, __m512i odd) {
-  const __m512 w = _mm512_setr_ps(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  const __m512i t =
-      bf16_words_f16(high_words(bf16_round_hi<false>(_mm512_mul_ps(w, s)),
-                                bf16_round_hi<false>(_mm512_mul_ps(_mm512_add_ps(w, _mm512_set1_ps(32.f)), s))));
-  PackedTable pt;
-  for (unsigned k = 0; k < 2; ++k) {
-    const __m512i w0 = derived_words(t, kOddWords7F16, 2 * k), w1 = derived_words(t, kOddWords7F16, 2 * k + 1);
-    pt.lo[k] = _mm512_permutex2var_epi8(w0, even, w1);
-    pt.hi[k] = _mm512_permutex2var_epi8(w0, odd, w1);
-  }
-  return pt;
-}
-template <unsigned B>
+// F16 (7-bit codes, odd_f16_scale): the odd products' words rounded to f16, derived in f16 words.
+template <unsigned B, bool F16 = false>
 [[gnu::always_inline]] inline PackedTable odd_packed_table(__m512 s, __m512i even, __m512i odd) {
+  static_assert(!F16 || B == 7);
   const DerivedWords<(1u << B)>& c = *[] {
     if constexpr (B == 6) return &kOddWords6;
+    else if constexpr (F16) return &kOddWords7F16;
     else return &kOddWords7;
   }();
   const __m512 w = _mm512_setr_ps(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512i r0 = bf16_round_hi<false>(_mm512_mul_ps(w, s));
   const __m512i r1 = B == 7 ? bf16_round_hi<false>(_mm512_mul_ps(_mm512_add_ps(w, _mm512_set1_ps(32.f)), s)) : r0;
-  const __m512i t = high_words(r0, r1);  // word i: bf16(f32((2i + 1) s))
+  __m512i t = high_words(r0, r1);  // word i: bf16(f32((2i + 1) s))
+  if constexpr (F16) t = bf16_words_f16(t);
   PackedTable pt;
   for (unsigned k = 0; 2 * k < (1u << B) / 32; ++k) {
     const __m512i w0 = derived_words(t, c, 2 * k), w1 = derived_words(t, c, 2 * k + 1);
@@ -876,15 +867,15 @@ template <Kind N, Kind O, bool ZP>
     t.hi[0] = _mm512_permutexvar_epi8(odd, w);
     return t;
   }
+  const int sbits = _mm_cvtsi128_si32(_mm512_castsi512_si128(_mm512_castps_si512(s)));
   if constexpr (O == kBF16 && N != kF16 && !ZP) {
-    if (odd_table_scale(_mm_cvtsi128_si32(_mm512_castsi512_si128(_mm512_castps_si512(s))))) {
+    if (odd_table_scale(sbits)) {
       if (bits == 6) return odd_packed_table<6>(s, even, odd);
       if (bits == 7) return odd_packed_table<7>(s, even, odd);
     }
   }
   if constexpr (O == kF16 && N == kBF16 && !ZP) {
-    if (bits == 7 && odd_f16_scale(_mm_cvtsi128_si32(_mm512_castsi512_si128(_mm512_castps_si512(s)))))
-      return odd_packed_table7_f16(s, even, odd);
+    if (bits == 7 && odd_f16_scale(sbits)) return odd_packed_table<7, true>(s, even, odd);
   }
   for (unsigned k = 0; 2 * k < (1u << bits) / 32; ++k) {
     const __m512i w0 = table_words<N, O, ZP>(bits, 2 * k, s, z), w1 = table_words<N, O, ZP>(bits, 2 * k + 1, s, z);
