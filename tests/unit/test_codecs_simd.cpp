@@ -632,8 +632,9 @@ TEST_CASE(
     if (rng() % 8 == 0) codes[j + rng() % n] = static_cast<uint8_t>(0x7F | (rng() & 0x80));
   }
   const Guarded gcodes(codes.data(), cols);  // nothing past the codes is read
+  const std::vector<float> binades = every_binade(rng);
   int calls = 0;
-  for (float sc : every_binade(rng))
+  for (float sc : binades)
     for (uint64_t gs : {uint64_t(1024), uint64_t(cols)}) {
       const std::vector<float> scale((cols + gs - 1) / gs, sc);
       const codecs::DequantSpec spec{DType::BF16, DType::F16, gs, false};
@@ -658,7 +659,6 @@ TEST_CASE(
   // Block weights' groups (128, 256 columns) through the table memo: built, then found by the next
   // row; then another scale's tables built by a bf16 call, and that scale's f16 outputs asked for
   // (the memo keys a table by everything it depends on: one of another output must not serve).
-  const std::vector<float> binades = every_binade(rng);
   for (size_t i = 0; i < binades.size(); ++i)
     for (uint64_t gs : {uint64_t(128), uint64_t(256)}) {
       const size_t n = cols / gs * gs;
