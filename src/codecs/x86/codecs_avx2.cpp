@@ -469,19 +469,23 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
 // in qword Half of the lane. Code c < 8 takes word 0 (zero), 1 (T0: 0.5, 1, 2, 4) or 2 (T1: 1.5,
 // 3, 6) plus its power of two (k << 7); code c + 8 is code c negated, its word that one with the
 // sign flipped (RNE is symmetric; a zero's sign flips as -(+-0) does): the same low byte, the high
-// byte ^ 0x80. Every step stays in its lane. F16: the words of codes 0-7 rounded to f16 (the f16
-// of a bf16 product; RNE is symmetric, so the sign still flips by the high byte's top bit), 8
-// roundings per table: rounding the outputs instead cost 16 per 32 columns (nvfp4 0.47 of memset
-// against 0.56).
-template <int Half, bool F16 = false>
+// byte ^ 0x80. Every step stays in its lane. Words (E2m1Words): kBf16 the bf16 words above. kF16Round:
+// the words of codes 0-7 rounded to f16 (the f16 of a bf16 product; RNE is symmetric, so the sign
+// still flips by the high byte's top bit), 8 roundings per table: rounding the outputs instead cost
+// 16 per 32 columns (nvfp4 0.47 of memset against 0.56). kF16Shift: q holds f16 words of T0 and T1
+// (e2m1_groups: where every entry is an f16 normal, so each is that word plus k << 10, the power of
+// two on f16's exponent field), no rounding per table.
+enum class E2m1Words { kBf16, kF16Round, kF16Shift };
+template <int Half, E2m1Words W = E2m1Words::kBf16>
 [[gnu::always_inline]] inline Table16 e2m1_pair_table(__m256i q) {
   constexpr char o = 8 * Half;
   const __m256i pick = _mm256_setr_epi8(o, o + 1, o + 2, o + 3, o + 2, o + 3, o + 4, o + 5, o + 2, o + 3, o + 4, o + 5,
                                         o + 2, o + 3, o + 4, o + 5, o, o + 1, o + 2, o + 3, o + 2, o + 3, o + 4, o + 5,
                                         o + 2, o + 3, o + 4, o + 5, o + 2, o + 3, o + 4, o + 5);
-  const __m256i add = _mm256_setr_epi16(0, -128, 0, 0, 128, 128, 256, 256, 0, -128, 0, 0, 128, 128, 256, 256);
+  constexpr short k = W == E2m1Words::kF16Shift ? 1024 : 128;  // 2^1 on the exponent field
+  const __m256i add = _mm256_setr_epi16(0, -k, 0, 0, k, k, 2 * k, 2 * k, 0, -k, 0, 0, k, k, 2 * k, 2 * k);
   __m256i w = _mm256_add_epi16(_mm256_shuffle_epi8(q, pick), add);  // codes 0-7's words, per lane
-  if constexpr (F16) {
+  if constexpr (W == E2m1Words::kF16Round) {
     // each lane's words 0-3 (then 4-7) as f32, rounded: [lane 0's, lane 1's] per half; then back in lanes
     const __m256i zero = _mm256_setzero_si256();
     const __m128i a = f16_of_bf16_hi(_mm256_unpacklo_epi16(zero, w)),
@@ -507,41 +511,63 @@ template <bool NT, Kind O>
 }
 // Columns from 0 while whole runs of 8 groups of gs (16 or 32) columns remain and their scales are
 // in range; returns the columns written (a whole number of groups).
+// f16 outputs: a run whose scales' exponent fields all lie in 114..139 (|scale| in [2^-13, 2^13):
+// 0.5 bf16(|scale|) >= 2^-14 and 4 bf16(1.5 |scale|) <= 49152, every entry an f16 normal) takes
+// T0 and T1 as f16 words, rounded once per 8 groups (E2m1Words::kF16Shift); another in 8..240 rounds
+// each table's words (kF16Round).
 template <Kind Out, bool NT>
 size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_t gs, void* out) {
   constexpr bool F16 = Out == kF16;      // f16 words in the tables
   constexpr Kind O = F16 ? kBF16 : Out;  // the tables' words as put_words writes them
   const auto at = [out](size_t j) { return static_cast<unsigned char*>(out) + j * (O == kF32 ? 4 : 2); };
+  const auto outside = [](__m256i e, int lo, int hi) {
+    const __m256i x =
+        _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), e), _mm256_cmpgt_epi32(e, _mm256_set1_epi32(hi)));
+    return !_mm256_testz_si256(x, x);
+  };
   size_t j = 0;
   for (size_t g = 0; cols - j >= 8 * gs; g += 8) {
     // 16-column groups: the even groups' scales in lane 0, the odd ones' in lane 1 (pairs).
     const __m256 s8 = _mm256_loadu_ps(scale + g);
     const __m256 s = gs == 16 ? _mm256_permutevar8x32_ps(s8, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)) : s8;
     const __m256i e = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(s), 23), _mm256_set1_epi32(0xFF));
-    const __m256i out_of_range =
-        _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), e), _mm256_cmpgt_epi32(e, _mm256_set1_epi32(240)));
-    if (!_mm256_testz_si256(out_of_range, out_of_range)) break;
-    const __m256i t0 = _mm256_srli_epi32(bf16_round_hi<false>(s), 16),
-                  t1 = _mm256_srli_epi32(bf16_round_hi<false>(_mm256_mul_ps(s, _mm256_set1_ps(1.5f))), 16);
+    if (outside(e, 8, 240)) break;
+    const __m256 s15 = _mm256_mul_ps(s, _mm256_set1_ps(1.5f));
     const __m256i zero = _mm256_srli_epi32(
         _mm256_and_si256(_mm256_castps_si256(s), _mm256_set1_epi32(static_cast<int>(0x80000000u))), 16);
-    const __m256i zt0 = _mm256_or_si256(zero, _mm256_slli_epi32(t0, 16));
-    // Qwords (zero, T0, T1, 0) of the scales' dwords 0 1 | 4 5 (qa) and 2 3 | 6 7 (qb).
-    const __m256i qa = _mm256_unpacklo_epi32(zt0, t1), qb = _mm256_unpackhi_epi32(zt0, t1);
-    if (gs == 16) {  // qa: groups 0 2 | 1 3, qb: 4 6 | 5 7
-      chunk_pair_table16<NT, O>(packed + j / 2, e2m1_pair_table<0, F16>(qa), at(j));
-      chunk_pair_table16<NT, O>(packed + j / 2 + 16, e2m1_pair_table<1, F16>(qa), at(j + 32));
-      chunk_pair_table16<NT, O>(packed + j / 2 + 32, e2m1_pair_table<0, F16>(qb), at(j + 64));
-      chunk_pair_table16<NT, O>(packed + j / 2 + 48, e2m1_pair_table<1, F16>(qb), at(j + 96));
-      j += 128;
-    } else {  // one group in both lanes: qa 0 1 | 4 5, qb 2 3 | 6 7
-      const __m256i q[8] = {_mm256_permute4x64_epi64(qa, 0x00), _mm256_permute4x64_epi64(qa, 0x55),
-                            _mm256_permute4x64_epi64(qb, 0x00), _mm256_permute4x64_epi64(qb, 0x55),
-                            _mm256_permute4x64_epi64(qa, 0xAA), _mm256_permute4x64_epi64(qa, 0xFF),
-                            _mm256_permute4x64_epi64(qb, 0xAA), _mm256_permute4x64_epi64(qb, 0xFF)};
-      for (unsigned k = 0; k < 8; ++k, j += 32)
-        chunk_table16<NT, O>(packed + j / 2, e2m1_pair_table<0, F16>(q[k]), at(j));
-    }
+    const auto run = [&](auto words) {
+      constexpr E2m1Words W = decltype(words)::value;
+      // T0 = bf16(scale), T1 = bf16(1.5 scale): their words in each dword's low half (kF16Shift: f16 words)
+      const auto word = [](__m256 v) {
+        if constexpr (W == E2m1Words::kF16Shift)
+          return _mm256_cvtepu16_epi32(_mm256_cvtps_ph(bf16_image<false>(v), kRne));
+        else return _mm256_srli_epi32(bf16_round_hi<false>(v), 16);
+      };
+      const __m256i t0 = word(s), t1 = word(s15);
+      const __m256i zt0 = _mm256_or_si256(zero, _mm256_slli_epi32(t0, 16));
+      // Qwords (zero, T0, T1, 0) of the scales' dwords 0 1 | 4 5 (qa) and 2 3 | 6 7 (qb).
+      const __m256i qa = _mm256_unpacklo_epi32(zt0, t1), qb = _mm256_unpackhi_epi32(zt0, t1);
+      if (gs == 16) {  // qa: groups 0 2 | 1 3, qb: 4 6 | 5 7
+        chunk_pair_table16<NT, O>(packed + j / 2, e2m1_pair_table<0, W>(qa), at(j));
+        chunk_pair_table16<NT, O>(packed + j / 2 + 16, e2m1_pair_table<1, W>(qa), at(j + 32));
+        chunk_pair_table16<NT, O>(packed + j / 2 + 32, e2m1_pair_table<0, W>(qb), at(j + 64));
+        chunk_pair_table16<NT, O>(packed + j / 2 + 48, e2m1_pair_table<1, W>(qb), at(j + 96));
+        j += 128;
+      } else {  // one group in both lanes: qa 0 1 | 4 5, qb 2 3 | 6 7
+        const __m256i q[8] = {_mm256_permute4x64_epi64(qa, 0x00), _mm256_permute4x64_epi64(qa, 0x55),
+                              _mm256_permute4x64_epi64(qb, 0x00), _mm256_permute4x64_epi64(qb, 0x55),
+                              _mm256_permute4x64_epi64(qa, 0xAA), _mm256_permute4x64_epi64(qa, 0xFF),
+                              _mm256_permute4x64_epi64(qb, 0xAA), _mm256_permute4x64_epi64(qb, 0xFF)};
+        for (unsigned k = 0; k < 8; ++k, j += 32)
+          chunk_table16<NT, O>(packed + j / 2, e2m1_pair_table<0, W>(q[k]), at(j));
+      }
+    };
+    using Bf16 = std::integral_constant<E2m1Words, E2m1Words::kBf16>;
+    using Shift = std::integral_constant<E2m1Words, E2m1Words::kF16Shift>;
+    using Round = std::integral_constant<E2m1Words, E2m1Words::kF16Round>;
+    if constexpr (!F16) run(Bf16{});
+    else if (!outside(e, 114, 139)) run(Shift{});
+    else run(Round{});
   }
   return j;
 }
