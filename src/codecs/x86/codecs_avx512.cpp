@@ -434,7 +434,9 @@ void dequant_run(const uint8_t* packed, size_t cols, const float* lut, const flo
 // two, the sign of codes 8-15 flipped, and codes 0 and 8 the scale's signed zero and its negation.
 // T0 and T1 of 16 groups are rounded at once into one 32-word vector (T0 of group h at word h, T1
 // at word 16 + h); a group's table is derived_words of it by constant indices plus that group's
-// number (keep = 0x8000 for the zero codes: T0's sign is the scale's).
+// number (keep = 0x8000 for the zero codes: T0's sign is the scale's). f16: a run whose scales'
+// exponent fields all lie in 114..139 has every entry an f16 normal (the AVX2 file's e2m1_groups),
+// so T0 and T1 are rounded to f16 words once per run and the powers of two add k << 10.
 inline bool is_e2m1_lut(const float* lut) {  // exactly e2m1_to_f32's values, -0.0 at code 8
   const __m512i want =
       _mm512_setr_epi32(0, 0x3F000000, 0x3F800000, 0x3FC00000, 0x40000000, 0x40400000, 0x40800000, 0x40C00000,
@@ -446,30 +448,34 @@ inline bool is_e2m1_lut(const float* lut) {  // exactly e2m1_to_f32's values, -0
 // A table's 32 words: code w & 15's (both halves the same group's; pair: words 16-31, which
 // columns 16-31 look up, the next group's), reading group 0's T0 / T1 (the caller moves the
 // indices to group h).
-constexpr DerivedWords<32> make_e2m1_words(bool pair) {
+constexpr DerivedWords<32> make_e2m1_words(bool pair, bool f16 = false) {
   DerivedWords<32> d{};
   for (unsigned w = 0; w < 32; ++w) {
     const unsigned c = w & 7;  // 0, 0.5, 1, 1.5, 2, 3, 4, 6
     const bool t1 = c == 3 || c == 5 || c == 7;
     d.idx[w] = static_cast<uint16_t>((t1 ? 16 : 0) + (pair && w >= 16 ? 1 : 0));
     const int k = c == 1 ? -1 : c == 4 || c == 5 ? 1 : c == 6 || c == 7 ? 2 : 0;
-    d.add[w] = static_cast<uint16_t>(k * 128);
+    d.add[w] = static_cast<uint16_t>(k * (f16 ? 1024 : 128));
     d.keep[w] = c == 0 ? 0x8000 : 0xFFFF;
     d.sign[w] = (w & 8) ? 0x8000 : 0;
   }
   return d;
 }
-inline constexpr DerivedWords<32> kE2m1Words = make_e2m1_words(false), kE2m1PairWords = make_e2m1_words(true);
+inline constexpr DerivedWords<32> kE2m1Words = make_e2m1_words(false), kE2m1PairWords = make_e2m1_words(true),
+                                  kE2m1WordsF16 = make_e2m1_words(false, true),
+                                  kE2m1PairWordsF16 = make_e2m1_words(true, true);
 // Whole groups from column 0, up to 16 a run, while every scale of the run is in range; returns
 // the columns written (a whole number of groups; 16-column groups in pairs).
 template <Kind O, bool NT>
 size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_t gs, uint16_t* out) {
   const bool pair = gs == 16;
   const DerivedWords<32>& d = pair ? kE2m1PairWords : kE2m1Words;
+  const DerivedWords<32>& d16 = pair ? kE2m1PairWordsF16 : kE2m1WordsF16;
+  bool shift = false;                              // this run's t: f16 words
   const auto table = [&](__m512i t, unsigned h) {  // group h's (pair: h and h + 1)
-    const __m512i w = derived_words(t, d, 0, _mm512_set1_epi16(static_cast<short>(h)));
-    if constexpr (O == kF16) return bf16_words_f16(w);
-    else return w;
+    const __m512i at = _mm512_set1_epi16(static_cast<short>(h));
+    if constexpr (O == kF16) return shift ? derived_words(t, d16, 0, at) : bf16_words_f16(derived_words(t, d, 0, at));
+    else return derived_words(t, d, 0, at);
   };
   size_t j = 0;
   for (size_t g = 0;;) {
@@ -485,7 +491,20 @@ size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_
     const __mmask16 bad = _mm512_mask_cmplt_epi32_mask(m, e, _mm512_set1_epi32(8)) |
                           _mm512_mask_cmpgt_epi32_mask(m, e, _mm512_set1_epi32(240));
     if (bad) break;
-    const __m512i t = high_words(bf16_round_hi<false>(s), bf16_round_hi<false>(_mm512_mul_ps(s, _mm512_set1_ps(1.5f))));
+    const __m512 s15 = _mm512_mul_ps(s, _mm512_set1_ps(1.5f));
+    __m512i t;
+    if constexpr (O == kF16)
+      shift = !(_mm512_mask_cmplt_epi32_mask(m, e, _mm512_set1_epi32(114)) |
+                _mm512_mask_cmpgt_epi32_mask(m, e, _mm512_set1_epi32(139)));
+    if (shift) {
+      const auto f16_words = [](__m512 v) {  // f16(bf16(v)), exact here
+        const __m512i b = _mm512_and_si512(bf16_round_hi<false>(v), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+        return _mm512_cvtps_ph(_mm512_castsi512_ps(b), kRne);
+      };
+      t = _mm512_inserti64x4(_mm512_castsi256_si512(f16_words(s)), f16_words(s15), 1);
+    } else {
+      t = high_words(bf16_round_hi<false>(s), bf16_round_hi<false>(s15));
+    }
     if (pair)
       for (unsigned h = 0; h < n; h += 2, j += 32) chunk_pair16<NT>(packed + j / 2, table(t, h), out + j);
     else
