@@ -1144,7 +1144,7 @@ inline UnpackCtl unpack_ctl(unsigned bits) {
 // from their bytes (packed_idx2: a third of the operations of unpack16's multiply); 1- and 3-bit
 // codes unpack16's windows from one load (packed_idx_narrow). Six bits (four tables, three blends
 // per half) measured slower than the two-pass path; b >= 6 goes to packed_split_run (bf16 outputs,
-// and f16 of a bf16 product for 6 and 7 bits) or the two passes. 5 bits without zero points, bf16
+// and f16 of a bf16 product for 6 and 7 bits) or the two passes. 5 bits without zero points, 16-bit
 // outputs: int5_mirror's second table.
 
 // 32 columns of 16-bit output from the codes at p: packed_idx's order makes the byte lookups
@@ -1207,23 +1207,29 @@ template <bool NT>
   put256<NT>(o + 16, lut_lookup(_mm256_cvtepu8_epi32(u1), tab_lo, tab_hi));
   put256<NT>(o + 24, lut_lookup(_mm256_cvtepu8_epi32(_mm_srli_si128(u1, 8)), tab_lo, tab_hi));
 }
-// 5-bit codes without zero points, bf16 outputs of a bf16 or f32 product: the table of codes 0-15
+// 5-bit codes without zero points, bf16 outputs of a bf16 or f32 product (or f16): the table of codes 0-15
 // (values q = u - 16 = -16 .. -1) from that of codes 16-31 (q = 0 .. 15). RNE is symmetric, so
 // bf16(-x s) is bf16(x s) with the sign bit flipped (+0x80 to the high byte), entry u that of
 // 16 - u; and bf16(-16 s) is -16 bf16(s): entry 1 plus 4 << 7 (+2 to the high byte), while s and
 // 16 bf16(s) are normal and finite -- exponent field 1 .. 249 (bf16(s) may round up one binade).
+// f16 outputs (of a bf16, f16 or f32 product): the same with f16 words, -16 times entry 1 being
+// that entry plus 4 << 10 (+16 to the high byte) while entry 1 is an f16 normal and 16 times it
+// finite -- field 113 .. 137 (|s| in [2^-14, 2^11): entry 1 at most 2^11, 16 times it 2^15).
+template <Kind O>
 inline bool int5_mirror_scale(float scale) {
   uint32_t s;
   __builtin_memcpy(&s, &scale, 4);
   const uint32_t e = (s >> 23) & 0xFF;
-  return e >= 1 && e <= 249;
+  return O == kF16 ? e >= 113 && e <= 137 : e >= 1 && e <= 249;
 }
+template <Kind O>
 [[gnu::always_inline]] inline Table16 int5_mirror(const Table16& t) {
   const __m256i rev = _mm256_setr_epi8(1, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1,  //
                                        1, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
-  const __m256i adj = _mm256_setr_epi8(
-      -126, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,  //
-      -126, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128);
+  constexpr char a = O == kF16 ? -128 + 16 : -128 + 2;  // entry 0: the sign flipped, times 16
+  const __m256i adj =
+      _mm256_setr_epi8(a, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, a,
+                       -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128);
   return {_mm256_shuffle_epi8(t.lo, rev), _mm256_add_epi8(_mm256_shuffle_epi8(t.hi, rev), adj)};
 }
 // The step's indices from the codes at p (its reach of bytes), in packed_idx's order: Mode 2 =
@@ -1278,10 +1284,10 @@ void packed_groups_run(const uint8_t* words, unsigned bits, size_t cols, const f
             group_values<ZP>(_mm256_load_ps(lut + 16 * k), _mm256_load_ps(lut + 16 * k + 8), scale, zp, g));
       };
       simd::with_flag(finite(scale[g]) && (!ZP || finite(zp[g])), [&](auto no_nan) {
-        if constexpr (T == 2 && TO == kBF16 && TN != kF16 && !ZP) {
-          if (int5_mirror_scale(scale[g])) {
+        if constexpr (T == 2 && !ZP && (TO == kF16 || TN != kF16)) {
+          if (int5_mirror_scale<TO>(scale[g])) {
             tab[1] = build(1, no_nan);
-            tab[0] = int5_mirror(tab[1]);
+            tab[0] = int5_mirror<TO>(tab[1]);
             return;
           }
         }
