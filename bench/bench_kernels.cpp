@@ -5,7 +5,11 @@
 // (compressed input as stored: codes, scales in their 16-bit storage dtype, zero points, masks)
 // plus the bytes it writes, per second, over memset's bytes per second on the same output size
 // and thread count in the same run (RooflineReporter). 1.0 = the kernel moves its bytes as fast
-// as this machine writes memory; include BM_memset in the filter to get the ratios.
+// as this machine writes memory; include BM_memset in the filter to get the ratios. Where the
+// machine's bandwidth drifts during a run (a VM's 2-thread rows can move 2x in minutes), add
+// --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
+// --benchmark_report_aggregates_only=true: every repetition of every row, memset's included, runs
+// in one shuffled order, and the ratios are of medians.
 #include <benchmark/benchmark.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
