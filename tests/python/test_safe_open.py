@@ -387,3 +387,84 @@ def test_empty_tensor_numpy_cannot_hold_is_a_ctstream_error(tmp_path):
     with ctstream.safe_open(str(p), framework="pt") as f:
         with pytest.raises(ctstream.Error):
             f.get_tensor("z")
+
+
+DEVICES = [None, "cpu", "cuda", "cuda:0", "cuda:3", "cuda:+1", "mps", "mps:0", "xpu", "xpu:3", "npu:1", "hpu", "xla:1",
+           "mlu", "musa:2", "cuda:1:2", "cuda:x", "cuda:", "cuda:-1", "mps:x", "cuda:99999999999999999999", "meta",
+           "foo", "CPU", "cpu:0", " cuda", "ipu", "privateuseone", 0, 3, -1, True, False, 1.5, b"cpu"]
+
+
+@pytest.mark.parametrize("fw", ["pt", "np"])
+def test_devices_parse_as_safetensors(tmp_path, fw):
+    # safetensors 0.8's device grammar: accelerators it names (mps, xpu, npu, hpu ...) open; a torch
+    # device is only touched when a tensor is read, which this machine cannot for those
+    p = str(tmp_path / "d.safetensors")
+    write_st(p, [("x", "F32", [2], bytes(8))])
+    for dev in DEVICES:
+        try:
+            st_safe_open(p, fw, device=dev)
+            want = None
+        except Exception as e:  # noqa: BLE001 - the type is what is compared
+            want = e
+        if want is None:
+            ctstream.safe_open(p, fw, device=dev)  # opens too
+            continue
+        with pytest.raises(type(want)) as got:
+            ctstream.safe_open(p, fw, device=dev)
+        assert str(got.value) == str(want), dev
+        assert isinstance(got.value, ctstream.Error), dev
+    with ctstream.safe_open(p, fw, device=None) as f:
+        assert f.get_tensor("x").shape == (2,) or list(f.get_tensor("x").shape) == [2]
+
+
+def _raise_in_child(path):  # a process pool's worker: its error crosses back pickled
+    ctstream.safe_open(path, "pt").get_tensor("missing")
+
+
+def test_errors_pickle_and_cross_processes(tmp_path):
+    import concurrent.futures
+    import multiprocessing
+    import pickle
+
+    p = str(tmp_path / "e.safetensors")
+    write_st(p, [("x", "F32", [2], bytes(8))])
+    bad = str(tmp_path / "bad.safetensors")
+    with open(bad, "wb") as fh:
+        fh.write(struct.pack("<Q", 4) + b"{]]]")
+    closed = ctstream.safe_open(p, "pt")
+    closed.__exit__(None, None, None)
+    raisers = [lambda: ctstream.safe_open(p, "pt").get_tensor("missing"),  # KeyError + SafetensorError
+               lambda: closed.keys(),  # ClosedError
+               lambda: ctstream.safe_open(p, None),  # TypeError
+               lambda: ctstream.safe_open(p, "pt", device="cuda:x"),  # ValueError
+               lambda: ctstream.safe_open(p, "np", device="cuda:1:2"),
+               lambda: ctstream.safe_open(bad, "pt"),  # invalid header
+               lambda: ctstream.safe_open(str(tmp_path / "nope.safetensors"), "pt"),  # FileNotFoundError
+               lambda: ctstream.open(bad),  # the reader's own API
+               lambda: ctstream.safe_open(p, "np").get_slice("x")[2 ** 70]]  # OverflowError
+    for raiser in raisers:
+        with pytest.raises(ctstream.Error) as e:
+            raiser()
+        back = pickle.loads(pickle.dumps(e.value))
+        assert type(back) is type(e.value) and back.args == e.value.args and str(back) == str(e.value)
+        for attr in ("kind", "file", "tensor"):
+            assert getattr(back, attr, None) == getattr(e.value, attr, None), attr
+    # a worker of another process raises; the parent gets the same error (spawn: a fresh interpreter,
+    # in which the error's class is rebuilt)
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with pytest.raises(KeyError) as e:
+            pool.submit(_raise_in_child, p).result()
+    assert isinstance(e.value, SafetensorError) and isinstance(e.value, ctstream.NotFoundError)
+    assert str(e.value) == "File does not contain tensor missing" and e.value.tensor == "missing"
+
+
+def test_a_closed_handle_enters_as_safetensors(tmp_path):
+    p = str(tmp_path / "c.safetensors")
+    write_st(p, [("x", "F32", [2], bytes(8))])
+    for opener in (st_safe_open, ctstream.safe_open):
+        f = opener(p, "pt")
+        with f:
+            pass
+        with f:  # entering again is allowed; its calls fail
+            with pytest.raises(SafetensorError, match="File is closed"):
+                f.keys()

@@ -32,7 +32,9 @@ Beyond safetensors: a directory (sharded checkpoint) opens too, compressed tenso
 from __future__ import annotations
 
 import builtins
+import importlib
 import os
+import re
 from typing import Any, Dict, List, Optional
 
 from . import _checkpoint, _errors, _index
@@ -55,25 +57,52 @@ def _safetensor_error():
         return None
 
 
-def _error(kind_cls, message: str, *, st: bool = True, tensor: str = "", file: str = "", kind: Optional[str] = None):
-    """An instance of `kind_cls` (a ctstream.Error subclass), also a safetensors.SafetensorError
-    when `st` and safetensors is installed."""
-    cls = kind_cls
-    ste = _safetensor_error() if st else None
-    if ste is not None and not issubclass(kind_cls, ste):
-        key = (kind_cls, ste)
-        cls = _class_cache.get(key)
-        if cls is None:
-            cls = type(kind_cls.__name__, (kind_cls, ste), {"__module__": "ctstream", "__doc__": kind_cls.__doc__})
-            _class_cache[key] = cls
-    e = cls(message)
-    e.kind = kind or getattr(kind_cls, "kind", "error")
-    e.file, e.tensor = file, tensor
+def _pickled(cls, recipe):
+    """cls made picklable: its instances reduce to _rebuild_error(recipe, ...), which finds the
+    class again in the unpickling process (a class made by type() at run time cannot be looked up
+    by module and name, so the default reduction fails there: errors crossing process boundaries,
+    multiprocessing workers, would raise PicklingError instead)."""
+    cls._ct_recipe = recipe
+    cls.__reduce__ = _reduce_error
+    return cls
+
+
+def _reduce_error(self):
+    return _rebuild_error, (type(self)._ct_recipe, self.args, dict(self.__dict__))
+
+
+def _class_of(module: str, qualname: str) -> type:
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _rebuild_error(recipe, args, state):
+    what, module, qualname = recipe
+    base = _class_of(module, qualname)
+    cls = _st_class(base) if what == "st" else _builtin_class(base)
+    e = cls(*args)
+    e.__dict__.update(state)
     return e
 
 
-def _builtin_error(builtin: type, message: str):
-    """A ctstream.Error that is also the builtin exception `builtin` (TypeError, OverflowError, ...)."""
+def _st_class(kind_cls):
+    """kind_cls (a ctstream.Error subclass), also a safetensors.SafetensorError when safetensors is
+    installed."""
+    ste = _safetensor_error()
+    if ste is None or issubclass(kind_cls, ste):
+        return kind_cls
+    key = (kind_cls, ste)
+    cls = _class_cache.get(key)
+    if cls is None:
+        cls = type(kind_cls.__name__, (kind_cls, ste), {"__module__": "ctstream", "__doc__": kind_cls.__doc__})
+        _class_cache[key] = _pickled(cls, ("st", kind_cls.__module__, kind_cls.__qualname__))
+    return cls
+
+
+def _builtin_class(builtin: type):
+    """A ctstream.Error class that is also the builtin exception `builtin` (TypeError, ...)."""
     named = {builtins.IndexError: _errors.IndexError, builtins.ValueError: _errors.InvalidArgumentError,
              builtins.KeyError: _errors.NotFoundError, builtins.FileNotFoundError: _errors.FileNotFoundError}
     cls = named.get(builtin)
@@ -81,8 +110,22 @@ def _builtin_error(builtin: type, message: str):
         cls = _class_cache.get(builtin)
         if cls is None:
             cls = type(builtin.__name__, (Error, builtin), {"__module__": "ctstream", "kind": "invalid_argument"})
-            _class_cache[builtin] = cls
-    e = cls(message)
+            _class_cache[builtin] = _pickled(cls, ("builtin", "builtins", builtin.__qualname__))
+    return cls
+
+
+def _error(kind_cls, message: str, *, st: bool = True, tensor: str = "", file: str = "", kind: Optional[str] = None):
+    """An instance of `kind_cls` (a ctstream.Error subclass), also a safetensors.SafetensorError
+    when `st` and safetensors is installed."""
+    e = (_st_class(kind_cls) if st else kind_cls)(message)
+    e.kind = kind or getattr(kind_cls, "kind", "error")
+    e.file, e.tensor = file, tensor
+    return e
+
+
+def _builtin_error(builtin: type, message: str):
+    """A ctstream.Error that is also the builtin exception `builtin` (TypeError, OverflowError, ...)."""
+    e = _builtin_class(builtin)(message)
     e.file, e.tensor = "", ""
     return e
 
@@ -103,7 +146,8 @@ class safe_open:  # noqa: N801 - the name safetensors uses
 
     filename: a ``.safetensors`` file, or a checkpoint directory (ctstream extension).
     framework: "pt" (torch tensors) or "np" (numpy arrays).
-    device: "cpu", "cuda", "cuda:N" or an int (pt only): tensors are moved there.
+    device: "cpu", or (pt only) a torch device safetensors names -- "cuda", "mps", "xpu", "npu",
+        "hpu", "xla", "mlu", "musa", each optionally ":N" -- or an int index: tensors are moved there.
     backend: "mmap" (default) or "pread" (positional reads, for network filesystems).
     packed: on a compressed-tensors checkpoint, the stored entries (``weight_packed``, ...) under
         their own names instead of the decoded logical tensors.
@@ -147,8 +191,7 @@ class safe_open:  # noqa: N801 - the name safetensors uses
         return next(p for p in self._ck.info(name).parts if p.role == role)
 
     # -- lifecycle
-    def __enter__(self) -> "safe_open":
-        self._check()
+    def __enter__(self) -> "safe_open":  # a closed handle enters too (as safetensors'): its calls fail
         return self
 
     def __exit__(self, *exc) -> None:
@@ -198,24 +241,37 @@ class safe_open:  # noqa: N801 - the name safetensors uses
         return _Slice(ck, name, self._names[name], self._fw, self._device, None, self._backend)
 
 
+# safetensors 0.8's Device (bindings/python/src/lib.rs, `impl FromPyObject for Device`): these names,
+# alone (index 0; mps has none) or with ":N"; "cpu"; or an int, an index the framework places.
+_DEVICE_NAMES = ("cuda", "mps", "npu", "xpu", "xla", "mlu", "musa", "hpu")
+_USIZE = re.compile(r"\+?[0-9]+")  # what Rust's usize::from_str takes
+
+
 def _parse_device(device, fw: str):
+    """The device as safetensors 0.8 reads it: a torch device string (or an int index, which torch
+    places), or the error safetensors raises."""
     if device is None:
         return "cpu"
-    if isinstance(device, bool) or not isinstance(device, (str, int)):
-        raise _error(_errors.InvalidArgumentError, f"device {device!r} is invalid")
-    if isinstance(device, int):
+    if isinstance(device, int):  # bool too (an int in Python: True is 1), as safetensors extracts it
         if device < 0:
             raise _error(_errors.InvalidArgumentError, f"device {device} is invalid")
-        dev = f"cuda:{device}"
+        dev = int(device)
+    elif not isinstance(device, str):
+        raise _error(_errors.InvalidArgumentError, f"device {device} is invalid")
     elif device == "cpu":
         dev = "cpu"
-    elif device == "cuda" or device.startswith("cuda:"):
-        n = device[5:] if device.startswith("cuda:") else "0"
-        if not n.isdigit():
-            raise _builtin_error(builtins.ValueError, "invalid digit found in string")
-        dev = f"cuda:{int(n)}"
     else:
-        raise _error(_errors.InvalidArgumentError, f"device {device} is invalid")
+        name, colon, n = device.partition(":")
+        if name not in _DEVICE_NAMES or ":" in n:
+            raise _error(_errors.InvalidArgumentError, f"device {device} is invalid")
+        if colon:
+            if not n:
+                raise _builtin_error(builtins.ValueError, "cannot parse integer from empty string")
+            if not _USIZE.fullmatch(n):
+                raise _builtin_error(builtins.ValueError, "invalid digit found in string")
+            if int(n) >= 2**64:
+                raise _builtin_error(builtins.ValueError, "number too large to fit in target type")
+        dev = "mps" if name == "mps" else f"{name}:{int(n) if colon else 0}"
     if dev != "cpu" and fw != "pt":
         raise _error(_errors.InvalidArgumentError, f"Device {dev} is not supported for framework numpy")
     return dev
