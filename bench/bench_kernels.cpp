@@ -194,14 +194,19 @@ void BM_store(benchmark::State& st, Store how) {
 }
 #endif
 
+// stream as the reader converts a large dense tensor (reader/decode_dense.cpp): non-temporal stores.
 void BM_convert(benchmark::State& st, DType src, DType dst, Isa isa) {
   const int threads = static_cast<int>(st.range(0));
   const auto in = random_floats(src, kN);
   Output out(kN * dtype_bits(dst) / 8);
   const auto fn = codecs::convert_kernel(src, dst, isa);
   const size_t isz = dtype_bits(src) / 8, osz = dtype_bits(dst) / 8;
+  const bool nt = streams(Stores::reader, out.size());
   for (auto _ : st) {
-    split(threads, kN, [&](size_t b, size_t n) { fn(in.data() + b * isz, out.data() + b * osz, n); });
+    split(threads, kN, [&](size_t b, size_t n) {
+      fn(in.data() + b * isz, out.data() + b * osz, n, nt);
+      codecs::store_fence();
+    });
     benchmark::DoNotOptimize(out.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * out.size()));  // output bytes
@@ -356,7 +361,10 @@ void BM_dequant_packed(benchmark::State& st, unsigned bits, size_t cols, DType d
 // Sparse-bitmask bf16 expanded to a dense 4096 x 4096 bf16 row by row, rows split across threads:
 // each element kept with probability 1/2 (bitmask), or exactly 2 of every 4 (2:4: the same kernel,
 // a structured mask).
-void BM_bitmask_bf16(benchmark::State& st, bool two_four, size_t cols, Isa isa, Stores how = Stores::reader) {
+// dst = F16 / F32: the reader's form for another output dtype (reader/decode_compressed.cpp,
+// SparseDecoder): each row's values converted into a row buffer, then expanded into the output.
+void BM_bitmask_bf16(benchmark::State& st, bool two_four, size_t cols, Isa isa, Stores how = Stores::reader,
+                     DType dst = DType::BF16) {
   const int threads = static_cast<int>(st.range(0));
   const size_t mrow = cols / 8;
   std::mt19937_64 rng(3);
@@ -369,13 +377,23 @@ void BM_bitmask_bf16(benchmark::State& st, bool two_four, size_t cols, Isa isa, 
   for (size_t r = 0; r < kRows; ++r)
     offset[r + 1] = offset[r] + codecs::bitmask_row_popcount(mask.data() + r * mrow, cols);
   const auto values = random_floats(DType::BF16, offset[kRows]);
-  Output out(kRows * cols * 2, shift(how));
+  const size_t osz = dtype_bits(dst) / 8;
+  Output out(kRows * cols * osz, shift(how));
   const auto fn = codecs::bitmask_expand_kernel(2, isa);
+  const auto conv = dst == DType::BF16 ? nullptr : codecs::convert_kernel(DType::BF16, dst, isa);
+  const auto expand_out = codecs::bitmask_expand_kernel(static_cast<unsigned>(osz), isa);
   const bool nt = streams(how, out.size());
   for (auto _ : st) {
     split(threads, kRows, [&](size_t b, size_t n) {
+      thread_local std::vector<std::byte> dense;
+      dense.resize(cols * osz);
       for (size_t r = b; r < b + n; ++r) {
         size_t v = offset[r];  // the row's next value
+        if (conv) {
+          conv(values.data() + 2 * v, dense.data(), offset[r + 1] - v, false);
+          expand_out(mask.data() + r * mrow, dense.data(), cols, out.data() + r * cols * osz, nt);
+          continue;
+        }
         write_row(how, cols, 2, out.data() + r * cols * 2, [&](size_t c0, size_t k, std::byte* o) {
           v += fn(mask.data() + r * mrow + c0 / 8, values.data() + 2 * v, k, o, nt);
         });
@@ -517,6 +535,10 @@ void register_kernels() {
     };
     for (const bool two_four : {false, true})
       for (const size_t cols : {kCols, kColsWide}) add_bitmask(two_four, cols, Stores::reader);
+    // bf16 values to f16 and f32 outputs (the reader expands a row, then converts it)
+    for (const auto& [d, name] : {std::pair{DType::F16, "f16"}, std::pair{DType::F32, "f32"}})
+      add(std::string("BM_bitmask_bf16/sparse50_to_") + name + "_4096x4096",
+          [d, isa](benchmark::State& st) { BM_bitmask_bf16(st, false, kCols, isa, Stores::reader, d); });
     // Key rows again with the other store paths (AVX-512): _at16 (Stores::at16), _plainstores,
     // DequantSpec::stream off (an A/B of the non-temporal stores in one binary), and _staged
     // (Stores::staged). Read with care:

@@ -27,22 +27,22 @@ void loop(const void* in, void* out, size_t n) noexcept {
 uint16_t bf16_to_f16_bits(uint16_t v) noexcept { return codecs::f32_to_f16(codecs::bf16_to_f32(v)); }
 uint16_t f16_to_bf16_bits(uint16_t v) noexcept { return codecs::f32_to_bf16(codecs::f16_to_f32(v)); }
 
-void f32_to_bf16(const void* in, void* out, size_t n) noexcept {
+void f32_to_bf16(const void* in, void* out, size_t n, bool) noexcept {
   loop<uint32_t, uint16_t, codecs::f32_to_bf16>(in, out, n);
 }
-void f32_to_f16(const void* in, void* out, size_t n) noexcept {
+void f32_to_f16(const void* in, void* out, size_t n, bool) noexcept {
   loop<uint32_t, uint16_t, codecs::f32_to_f16>(in, out, n);
 }
-void bf16_to_f32(const void* in, void* out, size_t n) noexcept {
+void bf16_to_f32(const void* in, void* out, size_t n, bool) noexcept {
   loop<uint16_t, uint32_t, codecs::bf16_to_f32>(in, out, n);
 }
-void f16_to_f32(const void* in, void* out, size_t n) noexcept {
+void f16_to_f32(const void* in, void* out, size_t n, bool) noexcept {
   loop<uint16_t, uint32_t, codecs::f16_to_f32>(in, out, n);
 }
-void bf16_to_f16(const void* in, void* out, size_t n) noexcept {
+void bf16_to_f16(const void* in, void* out, size_t n, bool) noexcept {
   loop<uint16_t, uint16_t, bf16_to_f16_bits>(in, out, n);
 }
-void f16_to_bf16(const void* in, void* out, size_t n) noexcept {
+void f16_to_bf16(const void* in, void* out, size_t n, bool) noexcept {
   loop<uint16_t, uint16_t, f16_to_bf16_bits>(in, out, n);
 }
 }  // namespace scalar
@@ -52,7 +52,7 @@ void convert(DType src, const void* in, DType dst, void* out, size_t n, Isa isa)
     std::memcpy(out, in, n * (dtype_bits(src) / 8));
     return;
   }
-  kernels(isa).convert(src, dst)(in, out, n);
+  kernels(isa).convert(src, dst)(in, out, n, false);
 }
 
 bool widen_to_f32(DType src, const void* in, uint64_t first, uint64_t n, float* out) noexcept {

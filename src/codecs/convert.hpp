@@ -7,8 +7,10 @@
 
 namespace ctstream::codecs {
 
-/// Signature of every conversion kernel: n elements from `in` to `out` (no overlap).
-using ConvertFn = void (*)(const void* in, void* out, size_t n);
+/// Signature of every conversion kernel: n elements from `in` to `out` (no overlap). stream: a large
+/// output written past the caches, as DequantSpec::stream (x86: non-temporal stores where aligned;
+/// the caller calls store_fence() after its last call, before another thread reads `out`).
+using ConvertFn = void (*)(const void* in, void* out, size_t n, bool stream);
 
 /// Kernel converting `src` to `dst` (both F32/F16/BF16, src != dst) for `isa`.
 ConvertFn convert_kernel(DType src, DType dst, Isa isa) noexcept;

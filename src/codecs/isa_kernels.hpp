@@ -22,12 +22,12 @@ void dequant_packed_two_pass(void (*unpack)(const uint8_t*, unsigned, size_t, in
 }  // namespace ctstream::codecs
 
 #define CTSTREAM_DECLARE_ISA_KERNELS                                                                               \
-  void f32_to_bf16(const void* in, void* out, size_t n) noexcept;                                                  \
-  void f32_to_f16(const void* in, void* out, size_t n) noexcept;                                                   \
-  void bf16_to_f32(const void* in, void* out, size_t n) noexcept;                                                  \
-  void f16_to_f32(const void* in, void* out, size_t n) noexcept;                                                   \
-  void bf16_to_f16(const void* in, void* out, size_t n) noexcept;                                                  \
-  void f16_to_bf16(const void* in, void* out, size_t n) noexcept;                                                  \
+  void f32_to_bf16(const void* in, void* out, size_t n, bool stream) noexcept;                                     \
+  void f32_to_f16(const void* in, void* out, size_t n, bool stream) noexcept;                                      \
+  void bf16_to_f32(const void* in, void* out, size_t n, bool stream) noexcept;                                     \
+  void f16_to_f32(const void* in, void* out, size_t n, bool stream) noexcept;                                      \
+  void bf16_to_f16(const void* in, void* out, size_t n, bool stream) noexcept;                                     \
+  void f16_to_bf16(const void* in, void* out, size_t n, bool stream) noexcept;                                     \
   size_t bitmask_expand_1(const uint8_t* mask, const void* values, size_t cols, void* out, bool stream) noexcept;  \
   size_t bitmask_expand_2(const uint8_t* mask, const void* values, size_t cols, void* out, bool stream) noexcept;  \
   size_t bitmask_expand_4(const uint8_t* mask, const void* values, size_t cols, void* out, bool stream) noexcept;  \

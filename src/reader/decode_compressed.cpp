@@ -388,7 +388,15 @@ class SparseDecoder final : public RowDecoder {
       ck.guard(values_);
       values_view_ = ck.file_of(values_).view(values_.offset, values_.nbytes);
     }
-    if (!t_.quantized && values_.dtype != out) convert_ = k_.convert(values_.dtype, out);
+    if (!t_.quantized && values_.dtype != out) {
+      // Another float output: the row's values converted first (n of them into a row buffer), then
+      // expanded into the output at its element size, zeros being 0 in every float dtype. Expanding
+      // first and converting the row after converted every zero too and wrote the output in a second
+      // pass: bitmask 50 % -> f32 0.77-0.81 of memset's bandwidth that way (AVX2), -> f16 0.50-0.56.
+      convert_ = k_.convert(values_.dtype, out);
+      expand_out_ = k_.bitmask_expand(dtype_bits(out) / 8);
+      osz_ = dtype_bits(out) / 8;
+    }
   }
   void row(uint64_t r, std::byte* out, bool stream) const override {
     thread_local ReadWindow sv, ss;
@@ -403,12 +411,14 @@ class SparseDecoder final : public RowDecoder {
       expand_(mask, v.data(), cols_, out, stream);
       return;
     }
-    dense.resize(cols_ * vsz_);
-    expand_(mask, v.data(), cols_, dense.data(), false);
     if (!t_.quantized) {
-      convert_(dense.data(), out, cols_);
+      dense.resize(n * osz_);
+      convert_(v.data(), dense.data(), n, false);
+      expand_out_(mask, dense.data(), cols_, out, stream);
       return;
     }
+    dense.resize(cols_ * vsz_);
+    expand_(mask, v.data(), cols_, dense.data(), false);
     const float* zp = scales_->zp_row(r);
     if (const auto code = fused_byte_code(values_.dtype, zp, spec_)) {
       k_.dequant_byte(reinterpret_cast<const uint8_t*>(dense.data()), cols_, *code, scales_->row(r, sf, ss), zp,
@@ -433,7 +443,9 @@ class SparseDecoder final : public RowDecoder {
   std::span<const std::byte> values_view_;  // mmap mode: the guarded mapping of the values
   const codecs::Kernels& k_ = codecs::active_kernels();  // taken once per tensor
   codecs::BitmaskExpandFn expand_ = nullptr;
-  codecs::ConvertFn convert_ = nullptr;
+  codecs::ConvertFn convert_ = nullptr;  // values to another float output, then expand_out_
+  codecs::BitmaskExpandFn expand_out_ = nullptr;
+  uint64_t osz_ = 0;  // that output's element size
   std::unique_ptr<Scales> scales_;
 };
 

@@ -2,6 +2,7 @@
 // that large tensors split across threads and pread mode needs only small scratch buffers.
 #include <cstring>
 
+#include "codecs/dequant.hpp"
 #include "codecs/kernels.hpp"
 #include "reader/internal.hpp"
 
@@ -23,6 +24,7 @@ uint64_t decode_widened(const Checkpoint::Impl& ck, const TensorInfo& t, std::sp
   const uint64_t per_run = (run + chunk - 1) / chunk;
   const codecs::ConvertFn fn =
       out_dtype == DType::F32 ? nullptr : codecs::active_kernels().convert(DType::F32, out_dtype);
+  const bool stream = g.out_elems() * out_sz >= codecs::kStreamStoresFrom;  // as run_rows decides
   parallel_for(g.outer * per_run, g.out_elems() >= 4 * chunk ? ck.threads() : 1, [&](size_t task) {
     const uint64_t o = task / per_run, c = task % per_run;
     const uint64_t first = c * chunk, count = std::min(chunk, run - first);
@@ -36,8 +38,12 @@ uint64_t decode_widened(const Checkpoint::Impl& ck, const TensorInfo& t, std::sp
     // Element e0 sits at element e0 - b0 * 8 / bits of the bytes read (0 or 1 for F4).
     codecs::widen_to_f32(p.dtype, raw.data(), e0 - b0 * 8 / bits, count, f.data());
     std::byte* dst = out.data() + (o * run + first) * out_sz;
-    if (fn) fn(f.data(), dst, count);
-    else std::memcpy(dst, f.data(), count * 4);
+    if (fn) {
+      fn(f.data(), dst, count, stream);
+      if (stream) codecs::store_fence();  // this task's streamed stores, before the join hands them on
+    } else {
+      std::memcpy(dst, f.data(), count * 4);
+    }
   });
   return g.out_elems() * out_sz;
 }
@@ -84,6 +90,9 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const DecodePlan& plan, std::s
   const uint64_t per_run = (run + chunk - 1) / chunk;
   const uint64_t tasks = g.outer * per_run;
   const codecs::ConvertFn fn = convert ? codecs::active_kernels().convert(src, out_dtype) : nullptr;
+  // Conversions into a large output stream past the caches (non-temporal stores), as run_rows'
+  // rows do: bf16 -> f32 1.15-1.18 of memset's bandwidth against 0.95-0.98 (bench/RESULTS.md).
+  const bool stream = need >= codecs::kStreamStoresFrom;
   const unsigned threads = large && !cold ? ck.threads() : 1;
   parallel_for(tasks, threads, [&](size_t task) {
     const uint64_t o = task / per_run, c = task % per_run;
@@ -97,7 +106,8 @@ uint64_t decode_dense(const Checkpoint::Impl& ck, const DecodePlan& plan, std::s
     thread_local std::vector<std::byte> scratch;
     scratch.resize(count * in_sz);
     ck.file_of(p).read_at(p.offset + src_elem * in_sz, scratch);
-    fn(scratch.data(), dst, count);
+    fn(scratch.data(), dst, count, stream);
+    if (stream) codecs::store_fence();  // this task's streamed stores, before the join hands them on
   });
   return need;
 }

@@ -73,14 +73,14 @@ uint64_t decode_low_rank(const Checkpoint::Impl& ck, const TensorInfo& t, std::s
       const float* row = c + (i - i0) * K;
       if (whole_rows) {
         std::byte* dst = out.data() + (i - r0) * K * osz;
-        if (convert) convert(row, dst, K);
+        if (convert) convert(row, dst, K, false);
         else std::memcpy(dst, row, K * 4);
         continue;
       }
       for (uint64_t q = 0; q < sub; ++q) {
         const float* src = row + q * span + g.start * g.inner;
         std::byte* dst = out.data() + ((i * sub + q) * keep) * osz;
-        if (convert) convert(src, dst, keep);
+        if (convert) convert(src, dst, keep, false);
         else std::memcpy(dst, src, keep * 4);
       }
     }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "codecs/convert.hpp"
+#include "codecs/dequant.hpp"
 #include "codecs/half.hpp"
 #include "ctstream/ctstream.hpp"
 #include "helpers.hpp"
@@ -43,11 +44,21 @@ void check_kernel(DType src, DType dst, const std::vector<In>& input) {
     for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(15), size_t(16), size_t(17), size_t(31), size_t(33),
                      size_t(63), input.size()}) {
       n = std::min(n, input.size());
-      std::vector<std::byte> want(n * out_sz + 64, std::byte{0xAB}), got(n * out_sz + 64, std::byte{0xAB});
-      ref_fn(input.data(), want.data(), n);
-      fn(input.data(), got.data(), n);
-      INFO(codecs::isa_name(isa) << " " << dtype_name(src) << "->" << dtype_name(dst) << " n=" << n);
-      REQUIRE(std::memcmp(want.data(), got.data(), want.size()) == 0);  // incl. no write past n
+      std::vector<std::byte> want(n * out_sz + 64, std::byte{0xAB});
+      ref_fn(input.data(), want.data(), n, false);
+      // stream: non-temporal stores where the output is 64-, 32- or 16-byte aligned, plain stores
+      // elsewhere (an output 2 bytes past a line); each the same bytes, nothing past n
+      for (const bool stream : {false, true})
+        for (const size_t at : {size_t(0), size_t(16), size_t(32), size_t(2)}) {
+          std::vector<std::byte> buf(n * out_sz + 64 + 128, std::byte{0xAB});
+          const auto base = (reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63};
+          std::byte* got = buf.data() + (base - reinterpret_cast<uintptr_t>(buf.data())) + at;
+          fn(input.data(), got, n, stream);
+          codecs::store_fence();
+          INFO(codecs::isa_name(isa) << " " << dtype_name(src) << "->" << dtype_name(dst) << " n=" << n
+                                     << " stream=" << stream << " at=" << at);
+          REQUIRE(std::memcmp(want.data(), got, want.size()) == 0);  // incl. no write past n
+        }
     }
   }
 }

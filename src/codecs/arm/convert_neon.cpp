@@ -28,37 +28,38 @@ inline void st_f32(unsigned char* p, float32x4_t v) { vst1q_f32(reinterpret_cast
 
 }  // namespace
 
-void f32_to_bf16(const void* in, void* out, size_t n) noexcept {
+// stream (non-temporal stores on x86): plain stores here.
+void f32_to_bf16(const void* in, void* out, size_t n, bool) noexcept {
   run8<4, 2>(in, out, n, [](const unsigned char* s, unsigned char* d) {
     st_u16(d, bf16_of(ld_f32(s)));
     st_u16(d + 8, bf16_of(ld_f32(s + 16)));
   });
 }
-void f32_to_f16(const void* in, void* out, size_t n) noexcept {
+void f32_to_f16(const void* in, void* out, size_t n, bool) noexcept {
   run8<4, 2>(in, out, n, [](const unsigned char* s, unsigned char* d) {
     st_u16(d, f16_of(ld_f32(s)));
     st_u16(d + 8, f16_of(ld_f32(s + 16)));
   });
 }
-void bf16_to_f32(const void* in, void* out, size_t n) noexcept {
+void bf16_to_f32(const void* in, void* out, size_t n, bool) noexcept {
   run8<2, 4>(in, out, n, [](const unsigned char* s, unsigned char* d) {
     st_f32(d, f32_of_bf16(ld_u16(s)));
     st_f32(d + 16, f32_of_bf16(ld_u16(s + 8)));
   });
 }
-void f16_to_f32(const void* in, void* out, size_t n) noexcept {
+void f16_to_f32(const void* in, void* out, size_t n, bool) noexcept {
   run8<2, 4>(in, out, n, [](const unsigned char* s, unsigned char* d) {
     st_f32(d, f32_of_f16(ld_u16(s)));
     st_f32(d + 16, f32_of_f16(ld_u16(s + 8)));
   });
 }
-void bf16_to_f16(const void* in, void* out, size_t n) noexcept {  // exact widening, then one RNE step
+void bf16_to_f16(const void* in, void* out, size_t n, bool) noexcept {  // exact widening, then one RNE step
   run8<2, 2>(in, out, n, [](const unsigned char* s, unsigned char* d) {
     st_u16(d, f16_of(f32_of_bf16(ld_u16(s))));
     st_u16(d + 8, f16_of(f32_of_bf16(ld_u16(s + 8))));
   });
 }
-void f16_to_bf16(const void* in, void* out, size_t n) noexcept {
+void f16_to_bf16(const void* in, void* out, size_t n, bool) noexcept {
   run8<2, 2>(in, out, n, [](const unsigned char* s, unsigned char* d) {
     st_u16(d, bf16_of(f32_of_f16(ld_u16(s))));
     st_u16(d + 8, bf16_of(f32_of_f16(ld_u16(s + 8))));

@@ -20,23 +20,7 @@ namespace {
 
 using x86::kMemoFrom;  // the table memo of codecs/x86/byte_memo.hpp
 using x86::put256;     // the streaming stores of codecs/x86/stores.hpp
-
-// A whole 512-bit vector, as put256 stores: one non-temporal store on a line, else two halves.
-template <bool NT>
-[[gnu::always_inline]] inline void put512(void* p, __m512i v) {
-  if constexpr (NT) {
-    if ((reinterpret_cast<uintptr_t>(p) & 63) == 0) return _mm512_stream_si512(static_cast<__m512i*>(p), v);
-    if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
-      put256<NT>(p, _mm512_castsi512_si256(v));
-      return put256<NT>(static_cast<__m256i*>(p) + 1, _mm512_extracti64x4_epi64(v, 1));
-    }
-  }
-  _mm512_storeu_si512(p, v);
-}
-template <bool NT>
-[[gnu::always_inline]] inline void put512(float* p, __m512 v) {
-  put512<NT>(static_cast<void*>(p), _mm512_castps_si512(v));
-}
+using x86::put512;
 
 // Words 0-31 (w0) and 32-63 (w1) of a 64-word run at o, of which the first n (<= 64) are kept.
 template <bool NT>

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include "codecs/isa_kernels.hpp"
+#include "codecs/x86/stores.hpp"
 
 namespace ctstream::codecs::avx512 {
 namespace {
@@ -33,14 +34,15 @@ constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 }  // namespace
 
-void f32_to_bf16(const void* in, void* out, size_t n) noexcept {
+template <bool NT>
+void f32_to_bf16_run(const void* in, void* out, size_t n) noexcept {
   const float* s = static_cast<const float*>(in);
   uint16_t* d = static_cast<uint16_t*>(out);
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {  // full-width loads and stores; masks only in the tail below
     const __m512i a = round_f32_to_bf16_hi(_mm512_loadu_si512(s + i));
     const __m512i b = round_f32_to_bf16_hi(_mm512_loadu_si512(s + i + 16));
-    _mm512_storeu_si512(d + i, pack_hi32(a, b));
+    x86::put512<NT>(d + i, pack_hi32(a, b));
   }
   for (; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
@@ -49,12 +51,14 @@ void f32_to_bf16(const void* in, void* out, size_t n) noexcept {
   }
 }
 
-void f32_to_f16(const void* in, void* out, size_t n) noexcept {
+template <bool NT>
+void f32_to_f16_run(const void* in, void* out, size_t n) noexcept {
   const float* s = static_cast<const float*>(in);
   uint16_t* d = static_cast<uint16_t*>(out);
   size_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm512_cvtps_ph(_mm512_loadu_ps(s + i), kRne));
+  for (; i + 32 <= n; i += 32)  // a whole line a store (two 32-byte halves streamed measured 8 % slower)
+    x86::put512<NT>(d + i, _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(_mm512_loadu_ps(s + i), kRne)),
+                                              _mm512_cvtps_ph(_mm512_loadu_ps(s + i + 16), kRne), 1));
   for (; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
     __m512 x = _mm512_maskz_loadu_ps(m, s + i);
@@ -62,13 +66,14 @@ void f32_to_f16(const void* in, void* out, size_t n) noexcept {
   }
 }
 
-void bf16_to_f32(const void* in, void* out, size_t n) noexcept {
+template <bool NT>
+void bf16_to_f32_run(const void* in, void* out, size_t n) noexcept {
   const uint16_t* s = static_cast<const uint16_t*>(in);
   uint32_t* d = static_cast<uint32_t*>(out);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
-    _mm512_storeu_si512(d + i, _mm512_slli_epi32(w, 16));
+    x86::put512<NT>(d + i, _mm512_slli_epi32(w, 16));
   }
   for (; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
@@ -77,26 +82,28 @@ void bf16_to_f32(const void* in, void* out, size_t n) noexcept {
   }
 }
 
-void f16_to_f32(const void* in, void* out, size_t n) noexcept {
+template <bool NT>
+void f16_to_f32_run(const void* in, void* out, size_t n) noexcept {
   const uint16_t* s = static_cast<const uint16_t*>(in);
   float* d = static_cast<float*>(out);
   size_t i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
+    x86::put512<NT>(d + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
   for (; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
     _mm512_mask_storeu_ps(d + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, s + i)));
   }
 }
 
-void bf16_to_f16(const void* in, void* out, size_t n) noexcept {
+template <bool NT>
+void bf16_to_f16_run(const void* in, void* out, size_t n) noexcept {
   const uint16_t* s = static_cast<const uint16_t*>(in);
   uint16_t* d = static_cast<uint16_t*>(out);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512i w =
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))), 16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm512_cvtps_ph(_mm512_castsi512_ps(w), kRne));
+    x86::put256<NT>(d + i, _mm512_cvtps_ph(_mm512_castsi512_ps(w), kRne));
   }
   for (; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
@@ -105,7 +112,8 @@ void bf16_to_f16(const void* in, void* out, size_t n) noexcept {
   }
 }
 
-void f16_to_bf16(const void* in, void* out, size_t n) noexcept {
+template <bool NT>
+void f16_to_bf16_run(const void* in, void* out, size_t n) noexcept {
   const uint16_t* s = static_cast<const uint16_t*>(in);
   uint16_t* d = static_cast<uint16_t*>(out);
   size_t i = 0;
@@ -114,13 +122,33 @@ void f16_to_bf16(const void* in, void* out, size_t n) noexcept {
         _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)))));
     const __m512i b = round_f32_to_bf16_hi(
         _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 16)))));
-    _mm512_storeu_si512(d + i, pack_hi32(a, b));
+    x86::put512<NT>(d + i, pack_hi32(a, b));
   }
   for (; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
     __m512i x = _mm512_castps_si512(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, s + i)));
     _mm256_mask_storeu_epi16(d + i, m, _mm512_cvtepi32_epi16(round_f32_to_bf16_lanes(x)));
   }
+}
+
+// stream: non-temporal stores where aligned (codecs/x86/stores.hpp), the masked tail plain.
+void f32_to_bf16(const void* in, void* out, size_t n, bool stream) noexcept {
+  stream ? f32_to_bf16_run<true>(in, out, n) : f32_to_bf16_run<false>(in, out, n);
+}
+void f32_to_f16(const void* in, void* out, size_t n, bool stream) noexcept {
+  stream ? f32_to_f16_run<true>(in, out, n) : f32_to_f16_run<false>(in, out, n);
+}
+void bf16_to_f32(const void* in, void* out, size_t n, bool stream) noexcept {
+  stream ? bf16_to_f32_run<true>(in, out, n) : bf16_to_f32_run<false>(in, out, n);
+}
+void f16_to_f32(const void* in, void* out, size_t n, bool stream) noexcept {
+  stream ? f16_to_f32_run<true>(in, out, n) : f16_to_f32_run<false>(in, out, n);
+}
+void bf16_to_f16(const void* in, void* out, size_t n, bool stream) noexcept {
+  stream ? bf16_to_f16_run<true>(in, out, n) : bf16_to_f16_run<false>(in, out, n);
+}
+void f16_to_bf16(const void* in, void* out, size_t n, bool stream) noexcept {
+  stream ? f16_to_bf16_run<true>(in, out, n) : f16_to_bf16_run<false>(in, out, n);
 }
 
 }  // namespace ctstream::codecs::avx512

@@ -1,4 +1,4 @@
-// Output stores shared by the x86 ISA files (codecs_avx2.cpp, codecs_avx512.cpp). NT
+// Output stores shared by the x86 ISA files (codecs_*.cpp, convert_*.cpp; put512 in the AVX-512 ones). NT
 // (DequantSpec::stream): non-temporal -- the line goes to memory without being read for ownership
 // first, which raises the write bandwidth of a large output by about half on the CPUs measured
 // (bench/RESULTS.md) -- where the address is 16-byte aligned, in the widest aligned pieces: the
@@ -39,6 +39,24 @@ template <bool NT>
 [[gnu::always_inline]] inline void put256(void* p, __m256 v) {
   put256<NT>(p, _mm256_castps_si256(v));
 }
+#if defined(__AVX512F__)
+// A whole 512-bit vector, as put256 stores: one non-temporal store on a line, else two halves.
+template <bool NT>
+[[gnu::always_inline]] inline void put512(void* p, __m512i v) {
+  if constexpr (NT) {
+    if ((reinterpret_cast<uintptr_t>(p) & 63) == 0) return _mm512_stream_si512(static_cast<__m512i*>(p), v);
+    if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+      put256<NT>(p, _mm512_castsi512_si256(v));
+      return put256<NT>(static_cast<__m256i*>(p) + 1, _mm512_extracti64x4_epi64(v, 1));
+    }
+  }
+  _mm512_storeu_si512(p, v);
+}
+template <bool NT>
+[[gnu::always_inline]] inline void put512(float* p, __m512 v) {
+  put512<NT>(static_cast<void*>(p), _mm512_castps_si512(v));
+}
+#endif
 
 }  // namespace
 }  // namespace ctstream::codecs::x86
