@@ -49,6 +49,9 @@ if [ ! -d .venv/ct012/compressed_tensors ]; then
   # goes in the side directory, imported by putting it first on sys.path (see tests/fixtures/gen/ctlib.py).
   $V -m pip install -q --no-deps --target .venv/ct012 "compressed-tensors==${CT_OLD}"
 fi
+# safetensors' own test suite ships in its sdist: tests/python/test_safetensors_upstream.py runs it
+# against ctstream.safe_open. The sdist of the installed version, cached under ~/.cache/ctstream/sdist.
+$V tools/fetch_sdist.py safetensors "$($V -c 'import safetensors; print(safetensors.__version__)')" >/dev/null
 # Building the ctstream Python module (tools/run_tests.sh: pip install --no-build-isolation .)
 # needs its build backend in the venv and the interpreter's C headers.
 if ! $V -c "import nanobind, scikit_build_core" 2>/dev/null; then
