@@ -445,7 +445,8 @@ void register_kernels() {
          {Conv{"BM_convert/bf16_to_f32", DType::BF16, DType::F32},
           Conv{"BM_convert/f32_to_bf16", DType::F32, DType::BF16},
           Conv{"BM_convert/f16_to_f32", DType::F16, DType::F32}, Conv{"BM_convert/f32_to_f16", DType::F32, DType::F16},
-          Conv{"BM_convert/f16_to_bf16", DType::F16, DType::BF16}})
+          Conv{"BM_convert/f16_to_bf16", DType::F16, DType::BF16},
+          Conv{"BM_convert/bf16_to_f16", DType::BF16, DType::F16}})
       add(c.name, [c, isa](benchmark::State& st) { BM_convert(st, c.s, c.d, isa); });
     // Every kernel at a 32 MiB and a 112 MiB output (4096 x 4096 / 4096 x 14336 16-bit, 4096 x 4096
     // / 4096 x 7168 f32), as the reader runs it; int4 and fp4 with bf16 scales (natural = out =

@@ -100,11 +100,13 @@ void bf16_to_f16_run(const void* in, void* out, size_t n) noexcept {
   const uint16_t* s = static_cast<const uint16_t*>(in);
   uint16_t* d = static_cast<uint16_t*>(out);
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
+  const auto f16_of = [s](size_t k) {  // elements k .. k + 15
     const __m512i w =
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))), 16);
-    x86::put256<NT>(d + i, _mm512_cvtps_ph(_mm512_castsi512_ps(w), kRne));
-  }
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + k))), 16);
+    return _mm512_cvtps_ph(_mm512_castsi512_ps(w), kRne);
+  };
+  for (; i + 32 <= n; i += 32)  // a whole line a store, as f32_to_f16
+    x86::put512<NT>(d + i, _mm512_inserti64x4(_mm512_castsi256_si512(f16_of(i)), f16_of(i + 16), 1));
   for (; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
     __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s + i)), 16);
