@@ -389,9 +389,9 @@ def test_empty_tensor_numpy_cannot_hold_is_a_ctstream_error(tmp_path):
             f.get_tensor("z")
 
 
-DEVICES = [None, "cpu", "cuda", "cuda:0", "cuda:3", "cuda:+1", "mps", "mps:0", "xpu", "xpu:3", "npu:1", "hpu", "xla:1",
-           "mlu", "musa:2", "cuda:1:2", "cuda:x", "cuda:", "cuda:-1", "mps:x", "cuda:99999999999999999999", "meta",
-           "foo", "CPU", "cpu:0", " cuda", "ipu", "privateuseone", 0, 3, -1, True, False, 1.5, b"cpu"]
+DEVICES = [None, "cpu", "cuda", "cuda:0", "cuda:3", "cuda:+1", "mps", "mps:0", "mps:1", "xpu", "xpu:3", "npu:1", "hpu",
+           "xla:1", "mlu", "musa:2", "cuda:1:2", "cuda:x", "cuda:", "cuda:-1", "mps:x", "cuda:99999999999999999999",
+           "meta", "foo", "CPU", "cpu:0", " cuda", "ipu", "privateuseone", 0, 3, -1, True, False, 1.5, b"cpu", [0]]
 
 
 @pytest.mark.parametrize("fw", ["pt", "np"])

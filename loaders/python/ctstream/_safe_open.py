@@ -241,8 +241,9 @@ class safe_open:  # noqa: N801 - the name safetensors uses
         return _Slice(ck, name, self._names[name], self._fw, self._device, None, self._backend)
 
 
-# safetensors 0.8's Device (bindings/python/src/lib.rs, `impl FromPyObject for Device`): these names,
-# alone (index 0; mps has none) or with ":N"; "cpu"; or an int, an index the framework places.
+# safetensors 0.8's Device (bindings/python/src/lib.rs of its sdist: `enum Device`, `parse_device`,
+# `impl FromPyObject for Device`): these names, alone (index 0; mps has none, and takes only ":0")
+# or with ":N" (N as Rust's usize::from_str reads it); "cpu"; or an int, an index torch places.
 _DEVICE_NAMES = ("cuda", "mps", "npu", "xpu", "xla", "mlu", "musa", "hpu")
 _USIZE = re.compile(r"\+?[0-9]+")  # what Rust's usize::from_str takes
 
@@ -271,6 +272,8 @@ def _parse_device(device, fw: str):
                 raise _builtin_error(builtins.ValueError, "invalid digit found in string")
             if int(n) >= 2**64:
                 raise _builtin_error(builtins.ValueError, "number too large to fit in target type")
+        if name == "mps" and colon and int(n) != 0:
+            raise _error(_errors.InvalidArgumentError, f"device {device} is invalid: only mps or mps:0 is supported")
         dev = "mps" if name == "mps" else f"{name}:{int(n) if colon else 0}"
     if dev != "cpu" and fw != "pt":
         raise _error(_errors.InvalidArgumentError, f"Device {dev} is not supported for framework numpy")
