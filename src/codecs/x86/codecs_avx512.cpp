@@ -180,8 +180,9 @@ template <unsigned Entries>
   const __m512i w = _mm512_add_epi16(_mm512_permutexvar_epi16(_mm512_add_epi16(at(d.idx), shift), t), at(d.add));
   return _mm512_ternarylogic_epi32(w, at(d.keep), at(d.sign), 0x6A);  // (w & keep) ^ sign
 }
+template <bool NaN = true>  // NaN = false: as bf16_round_hi's
 inline __m512 bf16_image(__m512 v) {
-  return _mm512_castsi512_ps(_mm512_and_si512(bf16_round_hi(v), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  return _mm512_castsi512_ps(_mm512_and_si512(bf16_round_hi<NaN>(v), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
 inline __m512 f16_image(__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, kRne)); }
 // 16 bf16 words -> their values as f32 (exact).
@@ -481,10 +482,7 @@ size_t e2m1_groups(const uint8_t* packed, size_t cols, const float* scale, size_
       shift = !(_mm512_mask_cmplt_epi32_mask(m, e, _mm512_set1_epi32(114)) |
                 _mm512_mask_cmpgt_epi32_mask(m, e, _mm512_set1_epi32(139)));
     if (shift) {
-      const auto f16_words = [](__m512 v) {  // f16(bf16(v)), exact here
-        const __m512i b = _mm512_and_si512(bf16_round_hi<false>(v), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
-        return _mm512_cvtps_ph(_mm512_castsi512_ps(b), kRne);
-      };
+      const auto f16_words = [](__m512 v) { return _mm512_cvtps_ph(bf16_image<false>(v), kRne); };  // exact here
       t = _mm512_inserti64x4(_mm512_castsi256_si512(f16_words(s)), f16_words(s15), 1);
     } else {
       t = high_words(bf16_round_hi<false>(s), bf16_round_hi<false>(s15));
