@@ -37,7 +37,10 @@ pack)
     *) cp -L "$l" "$here/.devpack/lib/" ;;
     esac
   done
-  grep -o 'CTSTREAM_FIXTURES=\\"[^\\]*' "$build/build.ninja" | head -1 | sed 's/.*"//' >"$here/.devpack/fixtures_path"
+  # The fixtures' absolute path as the tests were compiled with it (any generator: the compile
+  # database is exported by the top-level CMakeLists).
+  grep -o 'CTSTREAM_FIXTURES=[^ ]*' "$build/compile_commands.json" | head -1 |
+    sed 's/\\//g; s/^CTSTREAM_FIXTURES=//; s/"//g' >"$here/.devpack/fixtures_path"
   # The working tree travels as a tar of tracked files (~39 MB with the fixtures' block padding)
   # under a 64 MiB limit: the binaries travel compressed.
   tar -C "$here" -czf "$here/.devpack.tgz" .devpack
