@@ -257,9 +257,10 @@ void BM_dequant_nibble(benchmark::State& st, size_t rows, size_t cols, bool with
 // bf16 with bf16 scales: channel strategy (one scale per row: the long-group table path on
 // AVX-512), or groups of `group` columns whose scales repeat for `block_rows` rows (fp8 128x128
 // blocks: the kernel gets a per-thread table memo, as the reader gives it for block weights).
-// weights: fp8 channel codes of weights drawn from N(0, 0.02) (the usual initializer range; trained
-// weights keep that magnitude), quantized as the library does for the channel strategy (scale =
-// max |row| / 448, code = e4m3(w / scale)): the spread of exponents real checkpoints hold, where the
+// weights: fp8 codes of weights drawn from N(0, 0.02) (the usual initializer range; trained weights
+// keep that magnitude), quantized as the library does for the channel strategy (scale =
+// max |row| / 448, code = e4m3(w / scale)) or mxfp8 (groups of 32, E8M0 scales as
+// generate_mx_scales makes them): the spread of exponents real checkpoints hold, where the
 // other rows' codes are uniform bytes. The AVX2 f16 kernel's fast steps depend on it (codes whose
 // output is an f16 normal, most of a real row's).
 void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::ByteCode code, size_t group,
@@ -278,15 +279,27 @@ void BM_dequant_byte(benchmark::State& st, size_t rows, size_t cols, codecs::Byt
   if (block_rows > 1)
     for (size_t r = 0; r < rows; ++r)
       for (size_t g = 0; g < groups; ++g) scale[r * groups + g] = scale[(r - r % block_rows) * groups + g];
-  if (weights) {  // channel strategy only (groups == 1)
+  if (weights) {  // channel (one group a row), or mxfp8's groups with E8M0 scales
     std::normal_distribution<float> nd(0.f, 0.02f);
     std::vector<float> w(cols);
     for (size_t r = 0; r < rows; ++r) {
-      float amax = 0.f;
-      for (auto& x : w) amax = std::max(amax, std::fabs(x = nd(rng)));
-      const float s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(amax / 448.f))));
-      scale[r] = s;
-      for (size_t c = 0; c < cols; ++c) codes[r * cols + c] = codecs::f32_to_e4m3(w[c] / s);
+      for (auto& x : w) x = nd(rng);
+      for (size_t g = 0; g < groups; ++g) {
+        const size_t c0 = g * gs, c1 = std::min(cols, c0 + gs);
+        float amax = 0.f;
+        for (size_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(w[c]));
+        float s;
+        if (e8m0) {  // 2^(floor(log2 amax) - 8), amax first rounded to a power of two with E2M1's
+          // mantissa (src/writer/quantize.cpp mx_scale, after the library's generate_mx_scales)
+          int e = std::ilogb(amax);
+          if (amax >= 1.75f * std::ldexp(1.f, e)) ++e;
+          s = std::ldexp(1.f, e - 8);
+        } else {
+          s = codecs::f32_from_bits(codecs::bf16_to_f32(codecs::f32_to_bf16(codecs::f32_bits(amax / 448.f))));
+        }
+        scale[r * groups + g] = s;
+        for (size_t c = c0; c < c1; ++c) codes[r * cols + c] = codecs::f32_to_e4m3(w[c] / s);
+      }
     }
   }
   const size_t osz = dtype_bits(dst) / 8;
@@ -519,7 +532,10 @@ void register_kernels() {
         Byte{"BM_dequant_byte/int8_channel_f32_4096x4096", kCols, ByteCode::i8, 0, 0, DType::F32},
         Byte{"BM_dequant_byte/int8_group128_f16_4096x4096", kCols, ByteCode::i8, 128, 0, DType::F16},
         Byte{"BM_dequant_byte/mxfp8_g32_f16_4096x4096", kCols, ByteCode::e4m3, 32, 0, DType::F16, true},
-        Byte{"BM_dequant_byte/mxfp8_g32_f32_4096x4096", kCols, ByteCode::e4m3, 32, 0, DType::F32, true}};
+        Byte{"BM_dequant_byte/mxfp8_g32_f32_4096x4096", kCols, ByteCode::e4m3, 32, 0, DType::F32, true},
+        // mxfp8 of N(0, 0.02) weights: where the uniform codes above give f16-subnormal outputs in
+        // most 64-column steps, these give them in one step of seven
+        Byte{"BM_dequant_byte/mxfp8w_g32_f16_4096x4096", kCols, ByteCode::e4m3, 32, 0, DType::F16, true, true}};
     const auto add_byte = [&](const Byte& c, Stores how, const char* suffix = "") {
       add(
           std::string(c.name) + suffix,

@@ -6,6 +6,8 @@
 #   bash tools/gpu_check.sh run [--small]   # there (run with carry [".devpack.tgz"]): the device
 #                                     # tests, the same under compute-sanitizer, then bench/run_gpu.sh
 #   FILTER=... bash tools/gpu_check.sh kernels  # there: the CPU kernel bench on two quiet cores
+#   FILTER=... ROUNDS=3 bash tools/gpu_check.sh ab  # there: alternating passes of every kernel
+#                                     # binary into one file; here: python3 bench/ab_compare.py ab.txt
 #   bash tools/gpu_check.sh cold      # there: bench/cold_loads.py on two cores, every ctstream_cold_*
 #                                     # binary (or wrapper script) in .devpack/bin as one A/B side
 #
@@ -87,6 +89,23 @@ kernels)
       --benchmark_report_aggregates_only=true 2>&1 | sed -n '/^roofline/,$p' | tee "$out/$(basename "$b").txt"
   done
   ;;
+ab)
+  # An A/B of kernel binaries on the Xeon: every ctstream_bench_kernels* in .devpack/bin, ROUNDS
+  # (default 3) alternating passes of FILTER, all in one file ($OUT/ab.txt: the device tool brings
+  # back only a few files a call), read here with `python3 bench/ab_compare.py ab.txt`.
+  out=${OUT:-/tmp/gpu_out}
+  mkdir -p "$out"
+  unpack
+  lscpu | grep -E 'Model name|L3' || true
+  cpus=$(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -u | head -2 | cut -d, -f1 | paste -sd,)
+  for r in $(seq 1 "${ROUNDS:-3}"); do
+    for b in "$here"/.devpack/bin/ctstream_bench_kernels*; do
+      echo "== $(basename "$b") $r"
+      taskset -c "$cpus" "$b" --benchmark_filter="${FILTER:?FILTER=regex}" --benchmark_min_time="${MIN_TIME:-0.3}" 2>&1 |
+        sed 's/\x1b\[[0-9;]*m//g' | sed -n '/^roofline/,$p'
+    done
+  done >"$out/ab.txt"
+  ;;
 cold)
   # Cold loads against the read limit (bench/cold_loads.py) on two distinct cores of the GPU
   # machine's host, as on a 2-vCPU machine: the small (4 layers, hidden 1024) and ~1 GB (20
@@ -121,7 +140,7 @@ cold)
     "${sides[@]}" --runs "${RUNS:-5}" 2>&1 | tee "$out/cold.txt"
   ;;
 *)
-  echo "usage: $0 pack|run|kernels|cold" >&2
+  echo "usage: $0 pack|run|kernels|ab|cold" >&2
   exit 2
   ;;
 esac
