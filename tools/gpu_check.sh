@@ -23,6 +23,16 @@ unpack() {
   [[ -d $here/.devpack ]] || tar -C "$here" -xzf "$here/.devpack.tgz"
   export LD_LIBRARY_PATH=$here/.devpack/lib
 }
+# There, for the CPU benches: $out made, the binaries unpacked, the CPU named, and $cpus = two
+# CPUs of distinct cores as the guest sees them (a 2-vCPU machine's pair).
+on_two_cores() {
+  out=${OUT:-/tmp/gpu_out}
+  mkdir -p "$out"
+  unpack
+  lscpu | grep -E 'Model name|^CPU\(s\)|Thread|L3' || true
+  cpus=$(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -u | head -2 | cut -d, -f1 | paste -sd,)
+  echo "pinned to CPUs $cpus (distinct cores)"
+}
 shift || true
 case "$mode" in
 pack)
@@ -76,12 +86,7 @@ run)
 kernels)
   # The CPU kernel benchmark on the GPU machine's quiet Xeon, two distinct physical cores: each
   # ctstream_bench_kernels* in .devpack/bin (e.g. a _before copy for an A/B), the AVX-512 rows.
-  out=${OUT:-/tmp/gpu_out}
-  mkdir -p "$out"
-  unpack
-  lscpu | grep -E 'Model name|^CPU\(s\)|Thread|L3' || true
-  cpus=$(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -u | head -2 | cut -d, -f1 | paste -sd,)
-  echo "pinned to CPUs $cpus (distinct cores)"
+  on_two_cores
   filter=${FILTER:-'BM_memset|BM_dequant.*_avx512|BM_bitmask.*_avx512'}
   for b in "$here"/.devpack/bin/ctstream_bench_kernels*; do
     echo "== $(basename "$b")"
@@ -93,11 +98,7 @@ ab)
   # An A/B of kernel binaries on the Xeon: every ctstream_bench_kernels* in .devpack/bin, ROUNDS
   # (default 3) alternating passes of FILTER, all in one file ($OUT/ab.txt: the device tool brings
   # back only a few files a call), read here with `python3 bench/ab_compare.py ab.txt`.
-  out=${OUT:-/tmp/gpu_out}
-  mkdir -p "$out"
-  unpack
-  lscpu | grep -E 'Model name|L3' || true
-  cpus=$(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -u | head -2 | cut -d, -f1 | paste -sd,)
+  on_two_cores
   for r in $(seq 1 "${ROUNDS:-3}"); do
     for b in "$here"/.devpack/bin/ctstream_bench_kernels*; do
       echo "== $(basename "$b") $r"
@@ -110,12 +111,8 @@ cold)
   # Cold loads against the read limit (bench/cold_loads.py) on two distinct cores of the GPU
   # machine's host, as on a 2-vCPU machine: the small (4 layers, hidden 1024) and ~1 GB (20
   # layers, hidden 2048) models as int4 g128, fp8 channel and bitmask (2:4-pruned), built here.
-  out=${OUT:-/tmp/gpu_out}
-  mkdir -p "$out"
-  unpack
+  on_two_cores
   ct=$here/.devpack/bin/ctstream
-  cpus=$(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -u | head -2 | cut -d, -f1 | paste -sd,)
-  lscpu | grep -E 'Model name|^CPU\(s\)|L3' || true
   df -h /tmp | tail -1
   work=/tmp/ctcold
   t0=$(date +%s)
