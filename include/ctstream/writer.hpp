@@ -282,10 +282,18 @@ QuantStrategy writer_strategy_from_name(std::string_view name);
 
 /// The report as JSON text (what `ctstream compress --report FILE.json` writes).
 std::string report_json(const CompressReport& report, const CompressOptions& options);
-/// Writes report_json() to `path` the way every output is written: an exclusively created
-/// temporary file beside it, renamed into place (a link at `path` is replaced, never followed).
-/// Throws Error{io} naming the file.
-void write_report_json(const std::filesystem::path& path, const CompressReport& report, const CompressOptions& options);
+/// Refuses, Error{invalid_argument} naming `path`, a report path that is not the writer's to
+/// write: inside (or equal to) the input checkpoint `input` or the output directory
+/// `output_dir` (either may be empty: not checked), one of the input's files under another name
+/// (a link or hard link to it), or, unless `overwrite`, anything that already exists.
+void check_report_path(const std::filesystem::path& path, const std::filesystem::path& input,
+                       const std::filesystem::path& output_dir, bool overwrite);
+/// Writes report_json() to `path` after check_report_path(path, input, output_dir,
+/// options.overwrite), the way every output is written: an exclusively created temporary file
+/// beside it, renamed into place (a link at `path` is replaced, never followed). Throws Error{io}
+/// naming the file.
+void write_report_json(const std::filesystem::path& path, const CompressReport& report, const CompressOptions& options,
+                       const std::filesystem::path& input = {}, const std::filesystem::path& output_dir = {});
 
 /// The per-tensor quantization scheme `options` resolve to, e.g. "int4 group128 sym"; throws
 /// Error{invalid_argument} for an inconsistent combination.

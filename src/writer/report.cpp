@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/boundary.hpp"
+#include "io/file.hpp"
 #include "io/output.hpp"
+#include "io/url.hpp"
 #include "writer/plan.hpp"
 
 namespace ctstream {
@@ -75,11 +77,67 @@ std::string report_json(const CompressReport& r, const CompressOptions& o) {
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
-void write_report_json(const std::filesystem::path& path, const CompressReport& report,
-                       const CompressOptions& options) {
+namespace {
+namespace fs = std::filesystem;
+// Absolute, with the existing part of the path resolved (links followed), lexically normal.
+fs::path resolved(const fs::path& p) {
+  std::error_code ec;
+  fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec);
+  return (ec ? fs::absolute(p) : r).lexically_normal();
+}
+bool within(const fs::path& p, const fs::path& dir) {
+  const fs::path rel = p.lexically_relative(dir);
+  return !rel.empty() && *rel.begin() != "..";
+}
+// The regular files of a local input: a directory's own files, or a file and those beside it
+// (config.json and the like are read from there).
+std::vector<io::FileIdentity> input_identities(const fs::path& input) {
+  std::vector<io::FileIdentity> ids;
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(input, ec) ? input : input.parent_path();
+  for (const auto& e : fs::directory_iterator(dir.empty() ? fs::path(".") : dir, ec)) {
+    io::FileIdentity id;
+    if (e.is_regular_file(ec) && io::identify(e.path(), id)) ids.push_back(std::move(id));
+  }
+  return ids;
+}
+}  // namespace
+
+void check_report_path(const std::filesystem::path& path, const std::filesystem::path& input,
+                       const std::filesystem::path& output_dir, bool overwrite) {
+  const fs::path at = resolved(path);
+  const bool local_input = !input.empty() && !io::is_remote_url(input.string());
+  // io::check_output's rules first (a device, FIFO or socket, or one of the input's files under
+  // another name, a link or hard link, each with its own message).
+  (void)io::check_output(path, io::OutputKind::file, false,
+                         local_input ? input_identities(resolved(input)) : std::vector<io::FileIdentity>{});
+  if (local_input) {
+    const fs::path in = resolved(input);
+    if (at == in || (fs::is_directory(in) && within(at, in)))
+      throw Error(ErrorKind::invalid_argument, path.string(), "",
+                  "the report would be written into the input checkpoint " + input.string());
+  }
+  if (!output_dir.empty()) {
+    const fs::path out = resolved(output_dir);
+    if (at == out || within(at, out))
+      throw Error(ErrorKind::invalid_argument, path.string(), "",
+                  "the report would be written into the output checkpoint " + output_dir.string() +
+                      ", which holds the checkpoint's files only");
+  }
+  std::error_code ec;
+  if (!overwrite && fs::symlink_status(path, ec).type() != fs::file_type::not_found && !ec)
+    throw Error(ErrorKind::invalid_argument, path.string(), "",
+                "the report file already exists (overwrite / --overwrite replaces it)");
+}
+
+void write_report_json(const std::filesystem::path& path, const CompressReport& report, const CompressOptions& options,
+                       const std::filesystem::path& input, const std::filesystem::path& output_dir) {
   detail::at_boundary(path.string(), "", [&] {
+    check_report_path(path, input, output_dir, options.overwrite);
     const std::string text = report_json(report, options);
-    io::OutputFile f(path);
+    const bool local_input = !input.empty() && !io::is_remote_url(input.string());
+    const auto ids = local_input ? input_identities(resolved(input)) : std::vector<io::FileIdentity>{};
+    io::OutputFile f(path, ids);
     if (std::fwrite(text.data(), 1, text.size(), f.stream()) != text.size())
       throw Error(ErrorKind::io, path.string(), "", std::string("write failed: ") + std::strerror(errno));
     f.commit();

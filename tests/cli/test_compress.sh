@@ -260,6 +260,51 @@ done
 [ -p "$NODES/fifo" ] && [ -S "$NODES/sock" ] && ok || bad "FIFO or socket replaced"
 if [ -e "$NODES/null" ]; then [ -c "$NODES/null" ] && ok || bad "character device replaced"; fi
 if ls -a "$NODES" | grep -q "ctstream-"; then bad "temporary left beside the nodes"; else ok; fi
+# --report is the writer's output too: never inside the input or the output checkpoint, never one
+# of the input's files under another name, an existing file only with --overwrite (red-team
+# finding: it replaced an input shard, and the output's config.json, without a word)
+shard1=$(ls "$IN"/model-*.safetensors | head -1)
+shard_before=$(md5sum <"$shard1")
+ln "$shard1" "$TMP/shard_hard.safetensors"
+for p in "$shard1" "$IN/new_report.json" "$TMP/shard_hard.safetensors"; do
+  run 1 "compress --report $p" "$CT" compress "$IN" "$TMP/rep_out" --report "$p" --quiet
+  [ -e "$TMP/rep_out" ] && bad "compress --report $p wrote its output" || ok
+done
+err_has "report over a hard link to an input shard" "own files"
+[ "$(md5sum <"$shard1")" = "$shard_before" ] && ok || bad "an input shard changed"
+[ -e "$IN/new_report.json" ] && bad "a report was written into the input" || ok
+run 1 "compress --report into the output" "$CT" compress "$IN" "$TMP/rep_out" --report "$TMP/rep_out/config.json" --quiet
+err_has "compress --report into the output" "output checkpoint"
+echo mine >"$TMP/existing.json"
+run 1 "compress --report over an existing file" "$CT" compress "$IN" "$TMP/rep_out" --report "$TMP/existing.json" --quiet
+err_has "compress --report over an existing file" "already exists"
+[ "$(cat "$TMP/existing.json")" = mine ] && ok || bad "an existing report file was replaced without --overwrite"
+run 0 "compress --report over an existing file, --overwrite" "$CT" compress "$IN" "$TMP/rep_out" \
+  --report "$TMP/existing.json" --overwrite --quiet
+python3 -c 'import json, sys; json.load(open(sys.argv[1]))["tensors"]' "$TMP/existing.json" && ok || bad "report not written"
+rm -rf "$TMP/rep_out"
+
+# synth and demo write only directories they own: a non-empty DIR is refused without
+# --overwrite (its files, links included, untouched); with it the whole directory is replaced, a
+# link at DIR's name replaced and not followed, no stale index left beside a single shard
+SY=$TMP/synth
+mkdir -p "$SY/victim" "$SY/d"
+echo precious >"$SY/victim/config.json"
+ln -s "$SY/victim/config.json" "$SY/d/config.json"
+run 2 "synth into a non-empty directory" "$CT" synth "$SY/d" --layers 1 --hidden 64 --intermediate 128 --vocab 64
+err_has "synth into a non-empty directory" "overwrite"
+[ "$(cat "$SY/victim/config.json")" = precious ] && [ -L "$SY/d/config.json" ] && ok || bad "synth touched a file it does not own"
+run 2 "demo into a non-empty directory" "$CT" demo "$SY/d" --small
+[ "$(cat "$SY/victim/config.json")" = precious ] && [ -L "$SY/d/config.json" ] && ok || bad "demo touched a file it does not own"
+run 0 "synth --overwrite, 2 shards" "$CT" synth "$SY/d" --layers 1 --hidden 64 --intermediate 128 --vocab 64 --shards 2 --overwrite
+[ "$(cat "$SY/victim/config.json")" = precious ] && [ -f "$SY/d/model.safetensors.index.json" ] && ok || bad "synth --overwrite"
+run 0 "synth --overwrite, 1 shard" "$CT" synth "$SY/d" --layers 1 --hidden 64 --intermediate 128 --vocab 64 --overwrite
+[ "$(ls "$SY/d" | tr '\n' ' ')" = "config.json model.safetensors " ] && ok || bad "synth left stale files: $(ls "$SY/d")"
+ln -s "$SY/victim" "$SY/link"
+run 0 "synth --overwrite onto a link" "$CT" synth "$SY/link" --layers 1 --hidden 64 --intermediate 128 --vocab 64 --overwrite
+[ ! -L "$SY/link" ] && [ "$(ls "$SY/victim")" = config.json ] && ok || bad "synth wrote through a link at DIR"
+if ls -a "$SY" | grep -q "ctstream-synth"; then bad "synth left a temporary directory"; else ok; fi
+
 # decompress with shards in a subdirectory of the index: the index and config.json are the
 # checkpoint's files too (compared by identity), as is a hard link to one
 SUBM=$TMP/subm

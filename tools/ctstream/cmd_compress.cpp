@@ -91,7 +91,8 @@ const char* kHelp =
     "  --prune-24            sparse-24-bitmask: keep the 2 largest of every 4 (else non-2:4 tensors are an error)\n"
     "  --no-fuse-global-scale  nvfp4: per-layer global scales instead of shared q/k/v and gate/up ones\n"
     "  --shard-size SIZE     largest shard (default 5GB)\n"
-    "  --report FILE.json    per-tensor sizes and quantization error (max abs, SNR dB)\n"
+    "  --report FILE.json    per-tensor sizes and quantization error (max abs, SNR dB); outside IN and\n"
+    "                        OUT_DIR, an existing file replaced only with --overwrite\n"
     "  --overwrite --no-copy --no-errors --quiet --pread --threads N\n";
 
 namespace {
@@ -256,6 +257,8 @@ int cmd_compress(int argc, char** argv) {
   SignalCancel signals;
   opt.cancel = signals.flag();
 
+  // The report path is checked before the work, and again when it is written.
+  if (a.has("--report")) ctstream::check_report_path(a.get("--report"), a.pos[0], a.pos[1], opt.overwrite);
   ctstream::CompressReport rep;
   try {
     rep = ctstream::compress_checkpoint(a.pos[0], a.pos[1], opt);
@@ -270,7 +273,7 @@ int cmd_compress(int argc, char** argv) {
   }
 
   if (a.has("--report")) {
-    ctstream::write_report_json(a.get("--report"), rep, opt);
+    ctstream::write_report_json(a.get("--report"), rep, opt, a.pos[0], a.pos[1]);
   }
   if (quiet) return 0;
   print_summary(rep, opt, a.pos[1], scheme);

@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -153,9 +155,33 @@ Result stream_back(const Version& v, const Args& a, const SynthSpec& spec) {
 
 }  // namespace
 
+// $XDG_CACHE_HOME/ctstream/demo, else ~/.cache/ctstream/demo; without a home, a new private
+// directory under the temporary directory.
+namespace {
+fs::path demo_dir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return fs::path(x) / "ctstream" / "demo";
+  if (const char* h = std::getenv("HOME"); h && *h == '/') return fs::path(h) / ".cache" / "ctstream" / "demo";
+  std::string tmpl = (fs::temp_directory_path() / "ctstream-demo-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("demo: cannot create a directory under " + tmpl);
+  return tmpl;
+}
+}  // namespace
+
 int cmd_demo(int argc, char** argv) {
-  Args a = parse(argc, argv, 2, {"--pread", "--small"}, {"--threads"});
-  const fs::path dir = a.pos.empty() ? fs::temp_directory_path() / "ctstream-demo" : fs::path(a.pos[0]);
+  Args a = parse(argc, argv, 2, {"--pread", "--small", "--overwrite"}, {"--threads"});
+  // The demo writes dense/, int4/, fp8/ and sparse-bitmask/ into DIR. Its default DIR is its own
+  // (the user's cache, never a shared /tmp name someone else may have planted), replaced on each
+  // run; a DIR the user names must be new or empty unless --overwrite.
+  const bool own_dir = a.pos.empty();
+  const fs::path dir = own_dir ? demo_dir() : fs::path(a.pos[0]);
+  const bool overwrite = own_dir || a.has("--overwrite");
+  {
+    std::error_code ec;
+    if (!overwrite && fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec)))
+      throw std::invalid_argument(dir.string() +
+                                  " is not an empty directory: the demo writes dense/, int4/, fp8/ and sparse-bitmask/ "
+                                  "there (--overwrite replaces those)");
+  }
   fs::create_directories(dir);
   std::printf("ctstream %s demo — ISA %s, working dir %s\n", ctstream::version_string, ctstream::active_isa(),
               dir.c_str());
@@ -167,12 +193,11 @@ int cmd_demo(int argc, char** argv) {
   spec.shards = 2;
   spec.prune = 0.5;
   const fs::path dense_dir = dir / "dense";
-  fs::remove_all(dense_dir);
   double t = now_seconds();
   {
     Progress bar("generate dense bf16 model", 0);
     spec.progress = [&bar](uint64_t done, uint64_t total) { bar.update(done, total); };
-    write_synthetic_llama(dense_dir, spec);
+    write_synthetic_llama(dense_dir, spec, overwrite);
     spec.progress = nullptr;
   }
   std::printf("dense model: %zu tensors, %s of bf16 (2-D weights 50%% magnitude-pruned), written in %.2f s\n",
@@ -186,7 +211,7 @@ int cmd_demo(int argc, char** argv) {
   for (size_t i = 1; i < versions.size(); ++i) {
     ctstream::CompressOptions opt;
     opt.format = versions[i].format;
-    opt.overwrite = true;
+    opt.overwrite = overwrite;
     opt.compute_errors = false;  // checked below, from the decoded values
     opt.open = open_options(a);
     Progress bar("write " + versions[i].label, 0);

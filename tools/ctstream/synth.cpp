@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <stdexcept>
+#include <system_error>
 
 #include "cli.hpp"
 
@@ -65,8 +67,57 @@ void fill_bf16(const std::string& name, uint64_t n, uint16_t* out, double prune)
   }
 }
 
-uint64_t write_synthetic_llama(const std::filesystem::path& dir, const SynthSpec& sp) {
-  std::filesystem::create_directories(dir);
+namespace {
+namespace fs = std::filesystem;
+// A name beside `final` no one else uses: mkdir fails, rather than follows, if anything is there.
+fs::path claim_temp_dir(const fs::path& final) {
+  std::random_device rd;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    char token[17];
+    std::snprintf(token, sizeof token, "%08x%08x", rd(), rd());
+    std::string name(".");  // appended piecewise: GCC 12 misreads the chained operator+ (-Wrestrict)
+    name += final.filename().string();
+    name += ".ctstream-synth-";
+    name += token;
+    const fs::path p = final.parent_path() / name;
+    std::error_code ec;
+    if (fs::create_directory(p, ec)) return p;
+    if (ec && ec != std::errc::file_exists)
+      throw std::runtime_error("synth: cannot create a directory beside " + final.string() + ": " + ec.message());
+  }
+  throw std::runtime_error("synth: no free temporary name beside " + final.string());
+}
+void write_text(const fs::path& p, const std::string& text) {
+  std::FILE* f = std::fopen(p.c_str(), "wx");  // exclusive: a fresh directory, nothing there
+  if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0)
+    throw std::runtime_error("synth: cannot write " + p.string());
+}
+}  // namespace
+
+uint64_t write_synthetic_llama(const std::filesystem::path& final_dir, const SynthSpec& sp, bool overwrite) {
+  // The checkpoint is written into a fresh directory beside DIR, which then takes DIR's name:
+  // nothing is written through a link planted in DIR, and no stale file of an earlier
+  // checkpoint (an index beside a single shard) survives. An existing non-empty DIR is replaced
+  // only when `overwrite`; the directory it held (or the link at its name, not the link's
+  // target) is removed.
+  const fs::path dir_final = fs::absolute(final_dir).lexically_normal();
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(dir_final, ec);
+  const bool exists = st.type() != fs::file_type::not_found;
+  if (exists && !overwrite && !(fs::is_directory(st) && fs::is_empty(dir_final, ec)))
+    throw std::invalid_argument(
+        final_dir.string() + " exists and is not an empty directory (--overwrite replaces it with the new checkpoint)");
+  if (exists && fs::exists(dir_final, ec) && !fs::is_directory(dir_final, ec) && !fs::is_symlink(st))
+    throw std::invalid_argument(final_dir.string() + " exists and is not a directory");
+  fs::create_directories(dir_final.parent_path());
+  const fs::path dir = claim_temp_dir(dir_final);
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code e;
+      if (!p.empty()) fs::remove_all(p, e);
+    }
+  } cleanup{dir};
   const auto specs = llama_specs(sp);
   const size_t shards = std::max(1u, sp.shards);
   nlohmann::ordered_json weight_map;
@@ -116,25 +167,34 @@ uint64_t write_synthetic_llama(const std::filesystem::path& dir, const SynthSpec
     w.commit();
   }
   if (shards > 1)
-    std::ofstream(dir / "model.safetensors.index.json")
-        << nlohmann::ordered_json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2);
-  std::ofstream(dir / "config.json") << nlohmann::ordered_json{
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
-      {"hidden_size", sp.hidden},
-      {"intermediate_size", sp.intermediate},
-      {"num_hidden_layers", sp.layers},
-      {"num_attention_heads", std::max<uint64_t>(1, sp.hidden / 64)},
-      {"vocab_size", sp.vocab},
-      {"torch_dtype", sp.dtype == ctstream::DType::F32 ? "float32"
-                      : sp.dtype == ctstream::DType::F16
-                          ? "float16"
-                          : "bfloat16"}}.dump(2);
+    write_text(dir / "model.safetensors.index.json",
+               nlohmann::ordered_json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2));
+  write_text(dir / "config.json",
+             nlohmann::ordered_json{{"architectures", {"LlamaForCausalLM"}},
+                                    {"model_type", "llama"},
+                                    {"hidden_size", sp.hidden},
+                                    {"intermediate_size", sp.intermediate},
+                                    {"num_hidden_layers", sp.layers},
+                                    {"num_attention_heads", std::max<uint64_t>(1, sp.hidden / 64)},
+                                    {"vocab_size", sp.vocab},
+                                    {"torch_dtype", sp.dtype == ctstream::DType::F32   ? "float32"
+                                                    : sp.dtype == ctstream::DType::F16 ? "float16"
+                                                                                       : "bfloat16"}}
+                 .dump(2));
+  if (exists) {  // the old one out of the way (renaming moves a link, not its target), the new one in
+    const fs::path old = claim_temp_dir(dir_final);
+    fs::rename(dir_final, old / "old");
+    cleanup.p = old;
+  } else {
+    cleanup.p.clear();
+  }
+  fs::rename(dir, dir_final);
   return total;
 }
 
 int cmd_synth(int argc, char** argv) {
-  Args a = parse(argc, argv, 2, {}, {"--layers", "--hidden", "--intermediate", "--vocab", "--shards", "--dtype"});
+  Args a = parse(argc, argv, 2, {"--overwrite"},
+                 {"--layers", "--hidden", "--intermediate", "--vocab", "--shards", "--dtype"});
   if (a.pos.size() != 1) throw std::invalid_argument("synth needs an output DIR");
   SynthSpec sp;
   sp.layers = static_cast<unsigned>(std::stoul(a.get("--layers", "4")));
@@ -144,7 +204,7 @@ int cmd_synth(int argc, char** argv) {
   sp.shards = static_cast<unsigned>(std::stoul(a.get("--shards", "1")));
   if (a.has("--dtype")) sp.dtype = parse_dtype(a.get("--dtype"));
   const double t0 = now_seconds();
-  const uint64_t bytes = write_synthetic_llama(a.pos[0], sp);
+  const uint64_t bytes = write_synthetic_llama(a.pos[0], sp, a.has("--overwrite"));
   std::printf("wrote %s: %zu tensors, %s in %u shard(s), %.2f s\n", a.pos[0].c_str(), llama_specs(sp).size(),
               human_bytes(bytes).c_str(), std::max(1u, sp.shards), now_seconds() - t0);
   return 0;

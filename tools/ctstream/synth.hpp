@@ -31,9 +31,12 @@ std::vector<SynthTensor> llama_specs(const SynthSpec& s);
 /// Deterministic values of tensor `name` as bf16 bits (~U(-0.05, 0.05)); with `prune` > 0 those
 /// with |x| < prune * 0.05 are +0.
 void fill_bf16(const std::string& name, uint64_t n, uint16_t* out, double prune = 0);
-/// Writes shards + model.safetensors.index.json (when shards > 1) + config.json into `dir`.
+/// Writes shards + model.safetensors.index.json (when shards > 1) + config.json as the directory
+/// `dir`: into a fresh directory beside it, which then takes its name. An existing `dir` must be
+/// an empty directory unless `overwrite` (then it is replaced). Throws std::invalid_argument /
+/// std::runtime_error / std::filesystem::filesystem_error, ctstream::Error from the writer.
 /// @return tensor bytes written.
-uint64_t write_synthetic_llama(const std::filesystem::path& dir, const SynthSpec& s);
+uint64_t write_synthetic_llama(const std::filesystem::path& dir, const SynthSpec& s, bool overwrite = false);
 
 int cmd_synth(int argc, char** argv);
 
