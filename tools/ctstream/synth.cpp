@@ -79,7 +79,7 @@ fs::path claim_temp_dir(const fs::path& final) {
     name += final.filename().string();
     name += ".ctstream-synth-";
     name += token;
-    const fs::path p = final.parent_path() / name;
+    fs::path p = final.parent_path() / name;
     std::error_code ec;
     if (fs::create_directory(p, ec)) return p;
     if (ec && ec != std::errc::file_exists)

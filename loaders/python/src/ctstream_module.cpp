@@ -21,14 +21,15 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "binding.hpp"
@@ -298,9 +299,10 @@ class PyCheckpoint;
 // bytes) straight into buffers allocated here, which are handed to Python as arrays without a copy.
 class TensorIter {
  public:
-  TensorIter(CkPtr ck, std::optional<DType> dtype, uint64_t budget, unsigned threads,
-             std::optional<std::vector<std::string>> names)
+  TensorIter(CkPtr ck, std::shared_ptr<const std::atomic<bool>> closed, std::optional<DType> dtype, uint64_t budget,
+             unsigned threads, std::optional<std::vector<std::string>> names)
       : ck_(std::move(ck)),
+        closed_(std::move(closed)),
         dtype_(dtype),
         budget_(budget),
         threads_(threads),
@@ -312,6 +314,8 @@ class TensorIter {
 
   nb::tuple decode_next() {
     check_process();
+    // Checkpoint.close() ends its iterators too (their files go when the iterators go).
+    if (closed_->load()) raise("closed", "tensor iterator of a closed ctstream checkpoint");
     std::optional<ctstream::Stream::Item> item;
     void* p = nullptr;
     {
@@ -359,17 +363,20 @@ class TensorIter {
     so.destination = [st](const TensorInfo& t, uint64_t bytes) {
       void* p = out_alloc(bytes);
       std::lock_guard<std::mutex> lk(st->mu);
-      st->pending.emplace(&t, p);
+      st->pending.emplace_back(&t, p);
       return std::span<std::byte>(static_cast<std::byte*>(p), bytes);
     };
     st_->stream = std::make_unique<ctstream::Stream>(*ck_, std::move(so));
     st_->pid.store(::getpid());
   }
+  // The buffer of the next tensor delivered: destinations are asked for in delivery order, so it
+  // is the oldest pending one (a name listed twice is decoded, and delivered, twice).
   void* take(const TensorInfo* t) {
     std::lock_guard<std::mutex> lk(st_->mu);
-    auto it = st_->pending.find(t);
-    void* p = it->second;
-    st_->pending.erase(it);
+    if (st_->pending.empty() || st_->pending.front().first != t)
+      throw std::logic_error("tensor iterator: '" + t->name + "' delivered without its buffer");  // GIL released
+    void* p = st_->pending.front().second;
+    st_->pending.pop_front();
     return p;
   }
   // Shared with the stream's worker; kept at a stable address so the iterator can move.
@@ -377,7 +384,7 @@ class TensorIter {
     std::mutex next_mu;  // one decode_next() at a time
     std::atomic<size_t> delivered{0};
     std::mutex mu;
-    std::unordered_map<const TensorInfo*, void*> pending;  // allocated, not yet handed to Python
+    std::deque<std::pair<const TensorInfo*, void*>> pending;  // allocated, not yet handed to Python
     std::unique_ptr<ctstream::Stream> stream;
     std::atomic<pid_t> pid{0};  // the process whose worker runs `stream` (0: not started)
     ~State() {
@@ -393,6 +400,7 @@ class TensorIter {
   };
 
   CkPtr ck_;
+  std::shared_ptr<const std::atomic<bool>> closed_;  // the checkpoint's close(), seen by its iterators
   std::optional<DType> dtype_;
   uint64_t budget_;  // bytes decoded ahead of the consumer (0: StreamOptions default)
   unsigned threads_;
@@ -426,7 +434,10 @@ class PyCheckpoint {
     ck_ = std::make_shared<const ctstream::Checkpoint>(std::move(*ck));
   }
 
-  void close() { ck_.reset(); }
+  void close() {
+    closed_->store(true);
+    ck_.reset();
+  }
   bool closed() const { return !ck_; }
   uint64_t budget() const { return budget_; }
   unsigned threads() const { return threads_; }
@@ -607,11 +618,12 @@ class PyCheckpoint {
   }
 
   TensorIter iter(std::optional<std::string> dtype, std::optional<std::vector<std::string>> names) const {
-    return TensorIter(ck(), dtype_arg(dtype), budget_, threads_, std::move(names));
+    return TensorIter(ck(), closed_, dtype_arg(dtype), budget_, threads_, std::move(names));
   }
 
  private:
   CkPtr ck_;
+  std::shared_ptr<std::atomic<bool>> closed_ = std::make_shared<std::atomic<bool>>(false);
   uint64_t budget_;
   unsigned threads_;
 };
