@@ -54,6 +54,9 @@ struct QuantArgs {
   uint64_t group_size = 0;                  ///< group / tensor_group strategies
   uint64_t block_rows = 0, block_cols = 0;  ///< block strategy
   bool actorder = false;                    ///< weight_g_idx present (0.12 line, group act-order)
+  /// The scheme's `actorder` is group act-order ("group", its alias "dynamic", or 0.12's `true`):
+  /// the only one for which compressed-tensors stores a weight_g_idx.
+  bool actorder_group = false;
   /// pack-quantized 3/5/6/7-bit codes use the compressed-tensors <= 0.17 layout (32/b codes per
   /// int32 word, high bits unused) instead of the dense 0.18+ layout.
   bool legacy_packing = false;

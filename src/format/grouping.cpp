@@ -280,6 +280,18 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, con
     fail(main, t.name,
          "sparse values of a quantized weight must be I8 or F8_E4M3, not " + std::string(dtype_name(main.dtype)));
   t.quant.actorder = t.quantized && !sparse && m.get(Role::weight_g_idx) != nullptr;
+  // compressed-tensors stores weight_g_idx for group act-order only; 0.12 applies a stored one,
+  // 0.20 ignores it. Under any other actorder the file does not say which: refuse.
+  if (t.quant.actorder && !t.quant.actorder_group)
+    fail(*m.get(Role::weight_g_idx), t.name,
+         "weight_g_idx is stored, but the scheme's actorder is not \"group\" (compressed-tensors writes it "
+         "only for group act-order; 0.12 applies one, 0.20 ignores it): which columns use which scales is not said");
+  // A symmetric pack-quantized weight has no zero points: the library then leaves a stored one
+  // packed and subtracts the packed int32 words (or fails on their shape), a tensor nobody meant.
+  if (fmt == Format::pack_quantized && t.quant.symmetric && m.get(Role::weight_zero_point))
+    fail(*m.get(Role::weight_zero_point), t.name,
+         "a weight_zero_point is stored, but the scheme is symmetric (compressed-tensors neither writes nor unpacks "
+         "one then): the file contradicts its config");
   switch (ff.natural) {
     case NaturalDType::scale_or_values: t.dtype = t.quantized ? scale->dtype : main.dtype; break;
     case NaturalDType::scale: t.dtype = scale->dtype; break;

@@ -80,6 +80,23 @@ QuantArgs parse_args(const json& j, const std::string& file) {
     if (!it->is_boolean()) bad(file, "symmetric must be true or false");
     a.symmetric = it->get<bool>();
   }
+  // ActivationOrdering (quant_args.py): "group" (alias "dynamic") registers a weight_g_idx
+  // (0.12 lifecycle/initialize.py: "only grouped activation ordering has g_idx"); "weight" (alias
+  // "static") changes calibration only. 0.12 reads true as "group", false as none; 0.20 refuses
+  // "group", "dynamic" and true.
+  if (auto it = j.find("actorder"); it != j.end() && !it->is_null()) {
+    if (it->is_boolean()) {
+      a.actorder_group = it->get<bool>();
+    } else if (it->is_string()) {
+      std::string v = it->get<std::string>();
+      std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      if (v == "group" || v == "dynamic") a.actorder_group = true;
+      else if (v != "weight" && v != "static")
+        bad(file, "actorder '" + it->get<std::string>() + "' is none of group, weight, dynamic, static");
+    } else {
+      bad(file, "actorder must be a string, a boolean or null, got " + it->dump());
+    }
+  }
   int64_t gs = 0;
   if (auto it = j.find("group_size"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer()) bad(file, "group_size must be an integer, got " + it->dump());

@@ -86,6 +86,25 @@ bool is_contained_name(const std::string& name) {
   return p.has_filename();
 }
 
+namespace {
+// A shard name as messages show it: control bytes (a NUL would cut the message) as \xNN.
+std::string shown(const std::string& name) {
+  std::string out;
+  for (const char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+}  // namespace
+
 void fill_from_index(ShardSet& lay, std::string_view text,
                      const std::function<std::filesystem::path(const std::string&)>& resolve) {
   const std::string file = lay.index_path.string();
@@ -104,10 +123,14 @@ void fill_from_index(ShardSet& lay, std::string_view text,
   unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
   for (const auto& shard : unique) {
     if (!is_contained_name(shard))
-      throw Error(ErrorKind::invalid_shard, file, "", "shard name '" + shard + "' escapes the checkpoint directory");
+      throw Error(ErrorKind::invalid_shard, file, "",
+                  "shard name '" + shown(shard) + "' " +
+                      (shard.find('\0') != std::string::npos ? "holds a NUL byte"
+                       : shard.empty()                       ? "is empty"
+                                                             : "escapes the checkpoint directory"));
     fs::path p = resolve(shard);
     if (p.empty())
-      throw Error(ErrorKind::missing_shard, file, "", "shard '" + shard + "' named by the index does not exist");
+      throw Error(ErrorKind::missing_shard, file, "", "shard '" + shown(shard) + "' named by the index does not exist");
     shard_ids.emplace(shard, static_cast<uint32_t>(lay.files.size()));
     lay.files.push_back(std::move(p));
   }

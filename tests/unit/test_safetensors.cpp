@@ -165,6 +165,20 @@ TEST_CASE("shard names may not leave the checkpoint directory", "[safetensors]")
   CHECK_FALSE(is_contained_name("/etc/passwd"));
   CHECK_FALSE(is_contained_name(""));
   CHECK_FALSE(is_contained_name(".."));
+  // A NUL in an index's shard name: said so, the name shown escaped (a raw NUL cut the message)
+  format::ShardSet lay;
+  lay.index_path = "model.safetensors.index.json";
+  try {
+    format::fill_from_index(lay, std::string("{\"weight_map\": {\"a\": \"s1\\u0000../x\"}}"),
+                            [](const std::string&) { return std::filesystem::path("s1"); });
+    FAIL("accepted");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK(e.kind() == ErrorKind::invalid_shard);
+    CHECK(what.find('\0') == std::string::npos);
+    CHECK(what.find("s1\\x00../x") != std::string::npos);
+    CHECK(what.find("NUL") != std::string::npos);
+  }
 }
 
 TEST_CASE("a tensor name with an embedded NUL is refused at open, and never written", "[safetensors][hostile]") {

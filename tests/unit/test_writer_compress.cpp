@@ -979,7 +979,12 @@ TEST_CASE("the compress report is written through a temporary file, never throug
   std::ofstream(tmp.path / "victim") << "precious";
   fs::create_symlink(tmp.path / "victim", tmp.path / "rep.json");
   CompressReport rep;
-  write_report_json(tmp.path / "rep.json", rep, {});
+  // something is there: replaced only when overwriting
+  CHECK_THROWS_AS(write_report_json(tmp.path / "rep.json", rep, {}), Error);
+  CHECK(fs::is_symlink(tmp.path / "rep.json"));
+  CompressOptions replace;
+  replace.overwrite = true;
+  write_report_json(tmp.path / "rep.json", rep, replace);
   CHECK(slurp(tmp.path / "victim") == "precious");
   CHECK(fs::is_regular_file(fs::symlink_status(tmp.path / "rep.json")));
   CHECK(th::read_json(tmp.path / "rep.json").contains("tensors"));
