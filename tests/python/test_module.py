@@ -370,6 +370,18 @@ def test_tensors_names_empty_means_none():
         assert [n for n, _ in ck.tensors(names=every[::-1])] == every[::-1]
 
 
+def test_tensors_names_repeated():
+    """A name listed twice is decoded and yielded twice (the iterator's buffer bookkeeping was keyed
+    by tensor: the second copy crashed the process)."""
+    with ctstream.open(PACK) as ck:
+        names = ck.keys()[:3]
+        order = [names[0], names[1], names[0], names[2], names[2]]
+        got = list(ck.tensors(names=order))
+        assert [n for n, _ in got] == order
+        for n, t in got:
+            assert torch.equal(t, ck.get(n))
+
+
 def test_tensors_stay_valid_after_close():
     ck = ctstream.open(PACK)
     n = len(ck)

@@ -100,7 +100,8 @@ class Checkpoint:
         self.close()
 
     def close(self) -> None:
-        """Releases the files. Tensors already returned stay valid (they own their memory)."""
+        """Releases the files. Tensors already returned stay valid (they own their memory), and an
+        iterator from ``tensors()`` keeps the files open until it is exhausted or dropped."""
         self._n.close()
 
     @property

@@ -299,10 +299,9 @@ class PyCheckpoint;
 // bytes) straight into buffers allocated here, which are handed to Python as arrays without a copy.
 class TensorIter {
  public:
-  TensorIter(CkPtr ck, std::shared_ptr<const std::atomic<bool>> closed, std::optional<DType> dtype, uint64_t budget,
-             unsigned threads, std::optional<std::vector<std::string>> names)
+  TensorIter(CkPtr ck, std::optional<DType> dtype, uint64_t budget, unsigned threads,
+             std::optional<std::vector<std::string>> names)
       : ck_(std::move(ck)),
-        closed_(std::move(closed)),
         dtype_(dtype),
         budget_(budget),
         threads_(threads),
@@ -314,8 +313,6 @@ class TensorIter {
 
   nb::tuple decode_next() {
     check_process();
-    // Checkpoint.close() ends its iterators too (their files go when the iterators go).
-    if (closed_->load()) raise("closed", "tensor iterator of a closed ctstream checkpoint");
     std::optional<ctstream::Stream::Item> item;
     void* p = nullptr;
     {
@@ -400,7 +397,6 @@ class TensorIter {
   };
 
   CkPtr ck_;
-  std::shared_ptr<const std::atomic<bool>> closed_;  // the checkpoint's close(), seen by its iterators
   std::optional<DType> dtype_;
   uint64_t budget_;  // bytes decoded ahead of the consumer (0: StreamOptions default)
   unsigned threads_;
@@ -434,10 +430,7 @@ class PyCheckpoint {
     ck_ = std::make_shared<const ctstream::Checkpoint>(std::move(*ck));
   }
 
-  void close() {
-    closed_->store(true);
-    ck_.reset();
-  }
+  void close() { ck_.reset(); }
   bool closed() const { return !ck_; }
   uint64_t budget() const { return budget_; }
   unsigned threads() const { return threads_; }
@@ -618,12 +611,11 @@ class PyCheckpoint {
   }
 
   TensorIter iter(std::optional<std::string> dtype, std::optional<std::vector<std::string>> names) const {
-    return TensorIter(ck(), closed_, dtype_arg(dtype), budget_, threads_, std::move(names));
+    return TensorIter(ck(), dtype_arg(dtype), budget_, threads_, std::move(names));
   }
 
  private:
   CkPtr ck_;
-  std::shared_ptr<std::atomic<bool>> closed_ = std::make_shared<std::atomic<bool>>(false);
   uint64_t budget_;
   unsigned threads_;
 };
