@@ -20,6 +20,10 @@ struct DecompressOptions {
   /// Polled between tensors; when it becomes true the call throws Error{io, "cancelled"} and
   /// leaves nothing behind (e.g. set from a SIGINT handler).
   const std::atomic<bool>* cancel = nullptr;
+  /// An existing output file is replaced (the library's default); false refuses it,
+  /// Error{invalid_argument} (`ctstream decompress` without --overwrite: a writer touches only
+  /// files it owns).
+  bool overwrite = true;
 };
 
 /// The dtype `t` is written as under `opt`.
@@ -30,7 +34,8 @@ DType decompressed_dtype(const TensorInfo& t, const DecompressOptions& opt) noex
 /// allocating its decoded size. `out` may not be one of the files the checkpoint was opened from
 /// (Checkpoint::source_files(), by identity: a link to one counts) nor lie in its directory
 /// (Error{invalid_argument}); nor anything but a regular file, nor an output that appeared during
-/// the run (Error{io}; see ctstream/safetensors_writer.hpp). An existing regular file is replaced.
+/// the run (Error{io}; see ctstream/safetensors_writer.hpp). An existing regular file is replaced
+/// when `opt.overwrite`.
 /// @return tensor bytes written.
 uint64_t decompress_to_file(const Checkpoint& ckpt, const std::filesystem::path& out,
                             const DecompressOptions& opt = {});

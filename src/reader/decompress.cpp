@@ -46,6 +46,10 @@ DType decompressed_dtype(const TensorInfo& t, const DecompressOptions& opt) noex
 uint64_t decompress_to_file(const Checkpoint& ckpt, const std::filesystem::path& out, const DecompressOptions& opt) {
   return detail::at_boundary(out.string(), "", [&]() -> uint64_t {
     check_output(ckpt, out);
+    std::error_code ec;
+    if (!opt.overwrite && fs::symlink_status(out, ec).type() != fs::file_type::not_found && !ec)
+      throw Error(ErrorKind::invalid_argument, out.string(), "",
+                  "the output file already exists (--overwrite replaces it)");
     const auto tensors = ckpt.tensors();
     std::vector<SafetensorsWriter::Entry> entries;
     entries.reserve(tensors.size());

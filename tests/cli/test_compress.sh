@@ -209,7 +209,9 @@ no_partial "$TMP/x"
 echo precious >"$TMP/target.txt"
 ln -sfn "$TMP/target.txt" "$TMP/dec.safetensors"
 : >"$TMP/dec.safetensors.tmp.$$"
-run 0 "decompress over a planted link" "$CT" decompress "$IN" "$TMP/dec.safetensors" --quiet
+run 1 "decompress over a planted link" "$CT" decompress "$IN" "$TMP/dec.safetensors" --quiet
+err_has "decompress over a planted link" "already exists"
+run 0 "decompress --overwrite over a planted link" "$CT" decompress "$IN" "$TMP/dec.safetensors" --quiet --overwrite
 [ "$(cat "$TMP/target.txt")" = precious ] && [ ! -L "$TMP/dec.safetensors" ] && [ -f "$TMP/dec.safetensors" ] && ok || bad "decompress followed a planted link"
 run 1 "decompress onto its input" "$CT" decompress "$TMP/dec.safetensors" "$TMP/dec.safetensors"
 err_has "decompress onto its input" "one of the checkpoint's own files"
@@ -283,6 +285,14 @@ run 0 "compress --report over an existing file, --overwrite" "$CT" compress "$IN
   --report "$TMP/existing.json" --overwrite --quiet
 python3 -c 'import json, sys; json.load(open(sys.argv[1]))["tensors"]' "$TMP/existing.json" && ok || bad "report not written"
 rm -rf "$TMP/rep_out"
+
+# decompress: an existing file that is not the checkpoint's is replaced only with --overwrite
+echo mine >"$TMP/notes.safetensors"
+run 1 "decompress over an existing file" "$CT" decompress "$IN" "$TMP/notes.safetensors" --quiet
+err_has "decompress over an existing file" "already exists"
+[ "$(cat "$TMP/notes.safetensors")" = mine ] && ok || bad "decompress replaced an existing file without --overwrite"
+run 0 "decompress --overwrite" "$CT" decompress "$IN" "$TMP/notes.safetensors" --quiet --overwrite
+run 0 "decompress output opens" "$CT" inspect "$TMP/notes.safetensors"
 
 # synth and demo write only directories they own: a non-empty DIR is refused without
 # --overwrite (its files, links included, untouched); with it the whole directory is replaced, a

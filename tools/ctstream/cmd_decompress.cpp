@@ -1,4 +1,4 @@
-// ctstream decompress PATH OUT.safetensors [--dtype bf16|fp16|fp32]
+// ctstream decompress PATH OUT.safetensors [--dtype bf16|fp16|fp32] [--overwrite]
 #include <cstdio>
 
 #include "cli.hpp"
@@ -6,12 +6,13 @@
 namespace cli {
 
 int cmd_decompress(int argc, char** argv) {
-  Args a =
-      parse(argc, argv, 2, {"--pread", "--quiet", "--stored-factors"}, {"--dtype", "--threads", "--module-classes"});
+  Args a = parse(argc, argv, 2, {"--pread", "--quiet", "--stored-factors", "--overwrite"},
+                 {"--dtype", "--threads", "--module-classes"});
   if (a.pos.size() != 2) throw std::invalid_argument("decompress needs PATH and OUT.safetensors");
   auto ckpt = ctstream::Checkpoint::open(a.pos[0], open_options(a));
   ctstream::DecompressOptions opt;
   if (a.has("--dtype")) opt.dtype = parse_dtype(a.get("--dtype"));
+  opt.overwrite = a.has("--overwrite");
   const bool tty = stdout_is_terminal() && !a.has("--quiet");
   if (tty)
     opt.progress = [](size_t done, size_t total, const ctstream::TensorInfo&) {

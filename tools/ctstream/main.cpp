@@ -15,7 +15,7 @@ void usage() {
       "ctstream %s — lazy native loader for compressed-tensors checkpoints (ISA: %s)\n\n"
       "usage: ctstream <command> [options]\n"
       "  inspect PATH [--json]                      list every tensor: dtype, shape, format, bytes\n"
-      "  decompress PATH OUT.safetensors [--dtype bf16|fp16|fp32]\n"
+      "  decompress PATH OUT.safetensors [--dtype bf16|fp16|fp32] [--overwrite]\n"
       "                                             decode everything into a plain safetensors file\n"
       "  verify PATH                                decode everything, report problems (exit 1 on any)\n"
       "  bench PATH [--dtype bf16] [--repeat K] [--cold] [--arena] [--json] [--tp RANK/SIZE [--tp-dim D]]\n"
