@@ -111,7 +111,7 @@ void fill_from_index(ShardSet& lay, std::string_view text,
   const nlohmann::json j = parse_json(text, ErrorKind::invalid_header, file, "index");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw Error(ErrorKind::invalid_header, file, "", "index has no \"weight_map\" object");
-  std::map<std::string, uint32_t> shard_ids;
+  std::map<std::string, uint32_t> shard_ids, by_path;  // name as written / lexically normal -> file
   std::vector<std::string> names;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
     if (!it.value().is_string())
@@ -128,9 +128,16 @@ void fill_from_index(ShardSet& lay, std::string_view text,
                       (shard.find('\0') != std::string::npos ? "holds a NUL byte"
                        : shard.empty()                       ? "is empty"
                                                              : "escapes the checkpoint directory"));
+    // One file under two spellings ("s1.safetensors", "./s1.safetensors") is one shard.
+    const std::string same = fs::path(shard).lexically_normal().string();
+    if (auto at = by_path.find(same); at != by_path.end()) {
+      shard_ids.emplace(shard, at->second);
+      continue;
+    }
     fs::path p = resolve(shard);
     if (p.empty())
       throw Error(ErrorKind::missing_shard, file, "", "shard '" + shown(shard) + "' named by the index does not exist");
+    by_path.emplace(same, static_cast<uint32_t>(lay.files.size()));
     shard_ids.emplace(shard, static_cast<uint32_t>(lay.files.size()));
     lay.files.push_back(std::move(p));
   }

@@ -179,6 +179,14 @@ TEST_CASE("shard names may not leave the checkpoint directory", "[safetensors]")
     CHECK(what.find("s1\\x00../x") != std::string::npos);
     CHECK(what.find("NUL") != std::string::npos);
   }
+  // One file under two spellings is one shard (it was opened twice: "duplicate tensor" followed)
+  format::ShardSet two;
+  two.index_path = "model.safetensors.index.json";
+  format::fill_from_index(two, std::string("{\"weight_map\": {\"a\": \"s1.st\", \"b\": \"./s1.st\"}}"),
+                          [](const std::string& n) { return std::filesystem::path("/m") / n; });
+  CHECK(two.files.size() == 1);
+  CHECK(two.weight_map.at("a") == 0);
+  CHECK(two.weight_map.at("b") == 0);
 }
 
 TEST_CASE("a tensor name with an embedded NUL is refused at open, and never written", "[safetensors][hostile]") {
