@@ -97,7 +97,14 @@ class PreadFile final : public File {
   PreadFile(std::string path, int fd, uint64_t size) : File(std::move(path), size, Mode::pread), fd_(fd) {}
   void read_at(uint64_t offset, std::span<std::byte> out) const override { pread_all(fd_.get(), path_, offset, out); }
   std::span<const std::byte> view(uint64_t, uint64_t) const override { return {}; }
-  void guard(uint64_t) const override {}  // short reads are detected by read_at
+  // Nothing mapped to protect (read_at detects a short read); checked anyway, so that
+  // validate() reports a file truncated since open in both modes.
+  void guard(uint64_t end) const override {
+    const uint64_t now = current_size(fd_.get(), path_);
+    if (now < end)
+      throw Error(ErrorKind::truncated, path_, "",
+                  "file shrank to " + std::to_string(now) + " bytes after open (was " + std::to_string(size_) + ")");
+  }
   void populate(uint64_t, uint64_t) const noexcept override {}
   void will_need(uint64_t offset, uint64_t n) const noexcept override {
     ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);

@@ -1,5 +1,7 @@
 #include "writer/report.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -124,7 +126,11 @@ void check_report_path(const std::filesystem::path& path, const std::filesystem:
                   "the report would be written into the output checkpoint " + output_dir.string() +
                       ", which holds the checkpoint's files only");
   }
+  // where it goes must take a new file now, not after the work is done
+  const fs::path parent = at.parent_path();
   std::error_code ec;
+  if (!fs::is_directory(parent, ec) || ::access(parent.c_str(), W_OK) != 0)
+    throw Error(ErrorKind::io, path.string(), "", "the report's directory " + parent.string() + " is not writable");
   if (!overwrite && fs::symlink_status(path, ec).type() != fs::file_type::not_found && !ec)
     throw Error(ErrorKind::invalid_argument, path.string(), "",
                 "the report file already exists (overwrite / --overwrite replaces it)");

@@ -26,6 +26,22 @@ expect_rc 0 "verify pread" "$CT" verify "$FIX/st/all_dtypes.safetensors" --pread
 expect_rc 2 "unknown command" "$CT" frobnicate
 expect_rc 2 "bad dtype" "$CT" decompress "$FIX/st/sharded" "$TMP/x.safetensors" --dtype int3
 expect_rc 1 "missing path" "$CT" inspect "$TMP/nonexistent"
+# Option values parsed whole and range-checked (a red-team pass: -1 threads became UINT_MAX, 1e3 was
+# 1, --bits 0 wrote int4, --shards 99999 wrote empty shards, --tp-dim 9 timed whole tensors as a
+# rank); a --module-classes FIFO blocked and /dev/zero ate memory: usage errors (2) / io (1) now.
+expect_rc 2 "--threads -1" "$CT" inspect "$FIX/st/sharded" --threads -1
+expect_rc 2 "--threads 1e3" "$CT" inspect "$FIX/st/sharded" --threads 1e3
+expect_rc 2 "synth --shards beyond the tensors" "$CT" synth "$TMP/sy" --layers 1 --hidden 64 --intermediate 128 --vocab 64 --shards 99999
+expect_rc 2 "synth --layers -1" "$CT" synth "$TMP/sy" --layers -1
+expect_rc 2 "compress --bits 0" "$CT" compress "$FIX/st/sharded" "$TMP/bits0" --format pack-quantized --bits 0
+[ -e "$TMP/bits0" ] && bad "compress --bits 0 wrote an output" || ok
+expect_rc 2 "bench --tp 1/2/3" "$CT" bench "$FIX/st/sharded" --tp 1/2/3
+expect_rc 2 "bench --tp-dim 9" "$CT" bench "$FIX/st/sharded" --tp 1/2 --tp-dim 9
+expect_rc 2 "bench --tp huge" "$CT" bench "$FIX/st/sharded" --tp 18446744073709551614/18446744073709551615
+mkfifo "$TMP/fifo.json"
+expect_rc 1 "--module-classes FIFO" timeout 20 "$CT" inspect "$FIX/st/sharded" --module-classes "$TMP/fifo.json"
+expect_rc 1 "--module-classes /dev/zero" timeout 20 "$CT" inspect "$FIX/st/sharded" --module-classes /dev/zero
+expect_rc 2 "demo with two DIRs" "$CT" demo "$TMP/d1" "$TMP/d2"
 # A tensor name with an embedded NUL (safetensors loads it; as a C string / argv it would equal
 # its neighbour "x"): refused at open, by every command that opens (tests/fixtures/hostile/name_nul).
 for cmd in inspect verify; do

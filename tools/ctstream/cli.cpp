@@ -2,12 +2,17 @@
 
 #include <csignal>
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -84,18 +89,57 @@ ctstream::DType parse_dtype(const std::string& s) {
   return *d;
 }
 
+uint64_t parse_uint(const std::string& flag, const std::string& v, uint64_t lo, uint64_t hi) {
+  size_t pos = 0;
+  unsigned long long n = 0;
+  const bool digits = !v.empty() && std::all_of(v.begin(), v.end(), [](unsigned char c) { return std::isdigit(c); });
+  try {
+    if (digits) n = std::stoull(v, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (!digits || pos != v.size()) throw std::invalid_argument(flag + " needs a non-negative integer, got '" + v + "'");
+  if (n < lo || n > hi)
+    throw std::invalid_argument(flag + " " + v + " is out of range (" + std::to_string(lo) + ".." + std::to_string(hi) +
+                                ")");
+  return n;
+}
+
+// A small text file named on the command line: a regular file (a FIFO would block, /dev/zero
+// never end), at most `cap` bytes.
+std::string read_small_text(const std::string& flag, const std::string& file, uint64_t cap) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw ctstream::Error(ctstream::ErrorKind::io, file, "", flag + ": " + std::strerror(errno));
+  struct stat st {};
+  std::string text;
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= cap;
+  if (ok) {
+    text.resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (ok && done < text.size()) {
+      const ssize_t r = ::read(fd, text.data() + done, text.size() - done);
+      if (r < 0 && errno == EINTR) continue;
+      ok = r > 0;
+      if (ok) done += static_cast<size_t>(r);
+    }
+  }
+  ::close(fd);
+  if (!ok)
+    throw ctstream::Error(ctstream::ErrorKind::io, file, "",
+                          flag + " must name a regular file of at most " + std::to_string(cap) + " bytes");
+  return text;
+}
+
 ctstream::OpenOptions open_options(const Args& a) {
   ctstream::OpenOptions o;
   if (a.has("--pread")) o.io = ctstream::IoMode::pread;
   if (a.has("--stored-factors")) o.low_rank = ctstream::LowRank::stored;
-  if (a.has("--threads")) o.threads = static_cast<unsigned>(std::stoul(a.get("--threads")));
+  if (a.has("--threads")) o.threads = static_cast<unsigned>(parse_uint("--threads", a.get("--threads"), 0, 1024));
   if (a.has("--module-classes")) {
     // {"model.layers.0.mlp.up_proj": ["Linear", "Module"], ...}: type(m).__mro__ names per module.
     const std::string file = a.get("--module-classes");
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw ctstream::Error(ctstream::ErrorKind::io, file, "", "cannot read the --module-classes file");
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    o.module_classes = ctstream::module_classes_from_json(text, file);
+    o.module_classes =
+        ctstream::module_classes_from_json(read_small_text("--module-classes", file, o.max_json_bytes), file);
   }
   return o;
 }

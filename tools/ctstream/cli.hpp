@@ -2,6 +2,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -31,6 +32,10 @@ using ctstream::shape_str;
 std::string scheme_str(const ctstream::TensorInfo& t);
 ctstream::OpenOptions open_options(const Args& a);
 ctstream::DType parse_dtype(const std::string& s);
+/// A decimal integer option value in [lo, hi], all of `v` (no sign, no trailing text, no
+/// exponent); std::invalid_argument naming `flag` otherwise.
+uint64_t parse_uint(const std::string& flag, const std::string& v, uint64_t lo = 0,
+                    uint64_t hi = std::numeric_limits<uint64_t>::max());
 /// Peak resident set size of this process so far, bytes (VmHWM since the last
 /// reset_peak_rss(), else getrusage).
 uint64_t peak_rss_bytes();

@@ -29,16 +29,19 @@ int cmd_bench(int argc, char** argv) {
                  {"--threads", "--dtype", "--repeat", "--budget", "--module-classes", "--tp", "--tp-dim"});
   if (a.pos.size() != 1) throw std::invalid_argument("bench needs exactly one PATH");
   const ctstream::DType out = parse_dtype(a.get("--dtype", "bf16"));
-  const int repeat = std::max(1, std::stoi(a.get("--repeat", "1")));
+  const int repeat = static_cast<int>(parse_uint("--repeat", a.get("--repeat", "1"), 1, 1000000));
   const bool tty = stdout_is_terminal() && !a.has("--json");
   uint64_t tp_rank = 0, tp_size = 1;
-  const uint32_t tp_dim = static_cast<uint32_t>(std::stoul(a.get("--tp-dim", "0")));
+  const auto tp_dim = static_cast<uint32_t>(parse_uint("--tp-dim", a.get("--tp-dim", "0"), 0, 7));
+  if (a.has("--tp-dim") && !a.has("--tp")) throw std::invalid_argument("--tp-dim needs --tp RANK/SIZE");
   if (a.has("--tp")) {
     const std::string v = a.get("--tp");
     const size_t slash = v.find('/');
     if (slash == std::string::npos) throw std::invalid_argument("--tp takes RANK/SIZE, e.g. 0/2");
-    tp_rank = std::stoull(v.substr(0, slash)), tp_size = std::stoull(v.substr(slash + 1));
-    if (tp_size == 0 || tp_rank >= tp_size) throw std::invalid_argument("--tp RANK/SIZE needs RANK < SIZE");
+    // SIZE up to 2^20 keeps rank * n (n < 2^40 elements a dim) inside 64 bits
+    tp_rank = parse_uint("--tp RANK", v.substr(0, slash)),
+    tp_size = parse_uint("--tp SIZE", v.substr(slash + 1), 1, 1u << 20);
+    if (tp_rank >= tp_size) throw std::invalid_argument("--tp RANK/SIZE needs RANK < SIZE");
     if (a.has("--budget")) throw std::invalid_argument("--tp decodes slices directly: no --budget");
   }
   const auto tp_slice = [&](const ctstream::TensorInfo& t) -> std::optional<ctstream::Slice> {
@@ -58,6 +61,11 @@ int cmd_bench(int argc, char** argv) {
   const auto dtype_of = [&](const ctstream::TensorInfo& t) {  // integer tensors come out as stored
     return t.format == ctstream::Format::dense && !ctstream::is_float_output(t.dtype) ? t.dtype : out;
   };
+  if (tp_size > 1 && std::none_of(ckpt.tensors().begin(), ckpt.tensors().end(), [&](const ctstream::TensorInfo& t) {
+        return t.shape.size() >= 2 && tp_dim < t.shape.size();
+      }))
+    throw std::invalid_argument("--tp-dim " + std::to_string(tp_dim) +
+                                ": no tensor of rank 2 or more has that dimension");
   uint64_t largest = 0, total = 0;
   for (const auto& t : ckpt.tensors()) {
     largest = std::max(largest, t.decoded_bytes(dtype_of(t)));

@@ -38,19 +38,6 @@ auto usage_rule(F&& rule) {
   }
 }
 
-uint64_t parse_uint(const std::string& flag, const std::string& v) {
-  size_t pos = 0;
-  unsigned long long n = 0;
-  try {
-    n = std::stoull(v, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  if (pos != v.size() || v.empty() || v[0] == '-')
-    throw std::invalid_argument(flag + " needs a positive integer, got '" + v + "'");
-  return n;
-}
-
 std::string fmt_time(double s) {
   if (!std::isfinite(s) || s < 0) return "--:--";
   const long t = std::lround(s);
@@ -129,7 +116,8 @@ ctstream::CompressOptions options_from(const Args& a, std::vector<std::string> t
                                        std::vector<std::string> ignore) {
   ctstream::CompressOptions opt;
   opt.format = usage_rule([&] { return ctstream::writer_format_from_name(a.get("--format", "pack-quantized")); });
-  if (a.has("--bits")) opt.num_bits = static_cast<unsigned>(parse_uint("--bits", a.get("--bits")));
+  // 0 is the option's "unset" inside the library: refused here rather than read as the default
+  if (a.has("--bits")) opt.num_bits = static_cast<unsigned>(parse_uint("--bits", a.get("--bits"), 1, 64));
   if (a.has("--strategy"))
     opt.strategy = usage_rule([&] { return ctstream::writer_strategy_from_name(a.get("--strategy")); });
   if (a.has("--group-size")) {

@@ -172,6 +172,7 @@ int cmd_demo(int argc, char** argv) {
   // The demo writes dense/, int4/, fp8/ and sparse-bitmask/ into DIR. Its default DIR is its own
   // (the user's cache, never a shared /tmp name someone else may have planted), replaced on each
   // run; a DIR the user names must be new or empty unless --overwrite.
+  if (a.pos.size() > 1) throw std::invalid_argument("demo takes at most one DIR");
   const bool own_dir = a.pos.empty();
   const fs::path dir = own_dir ? demo_dir() : fs::path(a.pos[0]);
   const bool overwrite = own_dir || a.has("--overwrite");

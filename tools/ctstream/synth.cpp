@@ -197,11 +197,12 @@ int cmd_synth(int argc, char** argv) {
                  {"--layers", "--hidden", "--intermediate", "--vocab", "--shards", "--dtype"});
   if (a.pos.size() != 1) throw std::invalid_argument("synth needs an output DIR");
   SynthSpec sp;
-  sp.layers = static_cast<unsigned>(std::stoul(a.get("--layers", "4")));
-  sp.hidden = std::stoull(a.get("--hidden", "512"));
-  sp.intermediate = std::stoull(a.get("--intermediate", "1376"));
-  sp.vocab = std::stoull(a.get("--vocab", "8192"));
-  sp.shards = static_cast<unsigned>(std::stoul(a.get("--shards", "1")));
+  sp.layers = static_cast<unsigned>(parse_uint("--layers", a.get("--layers", "4"), 0, 1024));
+  sp.hidden = parse_uint("--hidden", a.get("--hidden", "512"), 1, 1 << 16);
+  sp.intermediate = parse_uint("--intermediate", a.get("--intermediate", "1376"), 1, 1 << 18);
+  sp.vocab = parse_uint("--vocab", a.get("--vocab", "8192"), 1, 1 << 20);
+  // one tensor a shard at most (an empty shard is no checkpoint file anyone writes)
+  sp.shards = static_cast<unsigned>(parse_uint("--shards", a.get("--shards", "1"), 1, llama_specs(sp).size()));
   if (a.has("--dtype")) sp.dtype = parse_dtype(a.get("--dtype"));
   const double t0 = now_seconds();
   const uint64_t bytes = write_synthetic_llama(a.pos[0], sp, a.has("--overwrite"));

@@ -24,8 +24,12 @@
  *    checkpoint and stay valid until ctstream_close. Names are NUL-free: a checkpoint with a
  *    tensor name holding an escaped NUL ("x\u0000y") is refused at open (invalid_header), so two
  *    names handed out never compare equal. No pointer into a mapped file is ever handed out:
- *    data leaves only by copy (ctstream_decode_into, ctstream_read_part), so a file truncated by
- *    another process is CTSTREAM_ERR_TRUNCATED, never SIGBUS.
+ *    data leaves only by copy (ctstream_decode_into, ctstream_read_part). A file found truncated
+ *    by another process before a call touches it is CTSTREAM_ERR_TRUNCATED. In the default mmap
+ *    mode a truncation racing a decode that is already reading the mapping can still raise
+ *    SIGBUS, as with any memory-mapped reader. Where other processes may truncate the files,
+ *    open with io = CTSTREAM_IO_PREAD: every byte is then read with pread, and a shrunk file is
+ *    CTSTREAM_ERR_TRUNCATED in every case.
  *  - Struct evolution (a library newer than the header a program was built with must never
  *    write past the program's struct): input structs start with `struct_size` and are filled by
  *    a static inline _init, sized by the caller's compiler; the library reads only the fields
