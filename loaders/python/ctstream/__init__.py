@@ -37,7 +37,9 @@ the one the compressed-tensors library's decompression returns.
 
 Memory: every returned tensor owns its memory (zero-copy hand-off from the decoder: the array is
 allocated once and decoded into with the GIL released), so a file truncated by another process
-while you hold a tensor is an ``Error`` (kind ``truncated``) at the next read, never SIGBUS. The
+while you hold a tensor is an ``Error`` (kind ``truncated``) at the next read, never SIGBUS (in
+``io="mmap"`` a truncation racing a decode that is reading the mapping can still raise it;
+``io="pread"`` is immune). The
 one exception is the explicit opt-in ``part(..., unsafe_view=True)`` with numpy: a read-only view
 of the mapped file, which does kill the process with SIGBUS if the file shrinks while the view is
 alive (see ``Checkpoint.part``). ``out=`` decodes into a torch tensor /
