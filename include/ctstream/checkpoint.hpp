@@ -129,7 +129,8 @@ class Checkpoint {
   /// Python module, the C ABI): one rule on every surface.
   std::vector<uint64_t> output_shape(const TensorInfo& t, const std::optional<Slice>& slice = std::nullopt) const;
   /// Bytes decode_into() writes for `slice` of `t` as `out_dtype`: the size of its output buffer.
-  /// Checks the slice as output_shape() does.
+  /// Checks the slice as output_shape() does, and refuses (Error{unsupported}) a dtype or slice
+  /// that decode_into() refuses for `t`.
   uint64_t output_bytes(const TensorInfo& t, DType out_dtype, const std::optional<Slice>& slice = std::nullopt) const;
 
   /// Runs every check decode_into() would run on `t`'s data (bitmask popcounts against the

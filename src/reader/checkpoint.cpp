@@ -442,8 +442,11 @@ std::vector<uint64_t> Checkpoint::output_shape(const TensorInfo& t, const std::o
 
 uint64_t Checkpoint::output_bytes(const TensorInfo& t, DType out_dtype, const std::optional<Slice>& slice) const {
   return detail::at_boundary(reader::file_name(*impl_, t), t.name, [&] {
-    const uint64_t elems = reader::slice_geometry(*impl_, t, slice).out_elems();  // <= numel(): no overflow
-    return (elems * dtype_bits(out_dtype) + 7) / 8;
+    const reader::SliceGeom g = reader::slice_geometry(*impl_, t, slice);
+    reader::DecodePlan own;  // what decode_into() refuses for this dtype / slice, refused here too
+    if (const std::string why = impl_->plan(t, own).refusal(out_dtype, g.sliced()); !why.empty())
+      reader::fail(*impl_, t, ErrorKind::unsupported, why);
+    return (g.out_elems() * dtype_bits(out_dtype) + 7) / 8;  // out_elems() <= numel(): no overflow
   });
 }
 
