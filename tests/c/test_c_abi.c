@@ -199,7 +199,8 @@ static void test_errors(const char* fixtures) {
   CHECK(rc != CTSTREAM_OK, "decode of a float tensor as I32 is refused");
   /* the size of a request decode_into refuses is refused too, with the same status */
   uint64_t no_size = 0;
-  CHECK((int)ctstream_decoded_size(ck, name, CTSTREAM_I32, NULL, &no_size) == (int)rc, "size of a refused dtype: status");
+  CHECK((int)ctstream_decoded_size(ck, name, CTSTREAM_I32, NULL, &no_size) == (int)rc,
+        "size of a refused dtype: status");
   ctstream_slice bad = {5, 0, 1};
   CHECK(ctstream_decoded_size(ck, name, CTSTREAM_BF16, &bad, &bytes) == CTSTREAM_ERR_INVALID_ARGUMENT, "slice dim");
   CHECK(ctstream_decode_into(ck, name, buf, bytes, CTSTREAM_BF16, &bad, NULL) != CTSTREAM_OK, "slice dim (decode)");
