@@ -191,7 +191,8 @@ CTSTREAM_API uint32_t ctstream_dtype_bits(ctstream_dtype dtype);
 CTSTREAM_API ctstream_status ctstream_dtype_from_name(const char* name, ctstream_dtype* out);
 
 /** Fills the first `struct_size` bytes of *options with the defaults, struct_size included:
- *  only the fields a struct of that size holds (32 bytes: ABI 1-2; 40: ABI 3-4). An unknown size
+ *  only the fields a struct of that size holds: 32 bytes (ABI 1-2), or sizeof(ctstream_open_options)
+ *  of this header (ABI 4: 48 bytes on LP64; ABI 3 was never released). An unknown size
  *  (a header newer than this library) writes only struct_size, which ctstream_open then refuses;
  *  under 4 bytes nothing is written. (ABI version 4.) */
 CTSTREAM_API ctstream_status ctstream_open_options_init_sized(ctstream_open_options* options, size_t struct_size);
