@@ -32,10 +32,11 @@ SliceGeom slice_geometry(const Checkpoint::Impl& ck, const TensorInfo& t, const 
   g.dim = t.shape[s->dim];
   for (size_t d = s->dim + 1; d < t.shape.size(); ++d) g.inner *= t.shape[d];
   const uint64_t stop = std::min(s->stop, g.dim);
-  if (s->start > stop)
+  if (s->start > stop)  // empty slices (start == stop <= size) are fine
     fail(ck, t, ErrorKind::invalid_argument,
-         "slice [" + std::to_string(s->start) + ", " + std::to_string(s->stop) + ") is empty or reversed for dim " +
-             std::to_string(s->dim) + " of size " + std::to_string(g.dim));
+         "slice [" + std::to_string(s->start) + ", " + std::to_string(s->stop) + ") " +
+             (s->start > g.dim ? "starts past the end" : "is reversed") + " of dim " + std::to_string(s->dim) +
+             " of size " + std::to_string(g.dim));
   g.start = s->start;
   g.len = stop - s->start;
   return g;
