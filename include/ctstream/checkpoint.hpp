@@ -87,6 +87,10 @@ struct ConfigInfo {
 /// (a file name, "--module-classes") unless it is an object of string lists.
 std::map<std::string, std::vector<std::string>> module_classes_from_json(std::string_view json_text,
                                                                          const std::string& what);
+/// The same from a file, read as the reader reads config.json: a regular file (a FIFO or a device
+/// is refused, never waited on or read without end) of at most `max_bytes`; Error naming it.
+std::map<std::string, std::vector<std::string>> module_classes_from_file(const std::filesystem::path& file,
+                                                                         uint64_t max_bytes = 64ull << 20);
 
 class Checkpoint {
  public:

@@ -519,6 +519,10 @@ std::map<std::string, std::vector<std::string>> module_classes_from_json(std::st
                                                                          const std::string& what) {
   return format::parse_module_classes(json_text, what);
 }
+std::map<std::string, std::vector<std::string>> module_classes_from_file(const std::filesystem::path& file,
+                                                                         uint64_t max_bytes) {
+  return format::parse_module_classes(io::read_small_file(file, max_bytes), file.string());
+}
 
 const std::string& Checkpoint::config_json() const noexcept { return impl_->config; }
 const ConfigInfo& Checkpoint::config_info() const noexcept { return impl_->config_info; }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/boundary.hpp"
+#include "core/paths.hpp"
 #include "io/file.hpp"
 #include "io/output.hpp"
 #include "io/url.hpp"
@@ -87,45 +88,34 @@ fs::path resolved(const fs::path& p) {
   fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec);
   return (ec ? fs::absolute(p) : r).lexically_normal();
 }
-bool within(const fs::path& p, const fs::path& dir) {
-  const fs::path rel = p.lexically_relative(dir);
-  return !rel.empty() && *rel.begin() != "..";
-}
 // The regular files of a local input: a directory's own files, or a file and those beside it
-// (config.json and the like are read from there).
+// (config.json and the like are read from there); none for a remote one or none at all.
 std::vector<io::FileIdentity> input_identities(const fs::path& input) {
   std::vector<io::FileIdentity> ids;
+  if (input.empty() || io::is_remote_url(input.string())) return ids;
   std::error_code ec;
-  const fs::path dir = fs::is_directory(input, ec) ? input : input.parent_path();
+  const fs::path in = resolved(input);
+  const fs::path dir = fs::is_directory(in, ec) ? in : in.parent_path();
   for (const auto& e : fs::directory_iterator(dir.empty() ? fs::path(".") : dir, ec)) {
     io::FileIdentity id;
     if (e.is_regular_file(ec) && io::identify(e.path(), id)) ids.push_back(std::move(id));
   }
   return ids;
 }
-}  // namespace
-
-void check_report_path(const std::filesystem::path& path, const std::filesystem::path& input,
-                       const std::filesystem::path& output_dir, bool overwrite) {
+// check_report_path with the input's identities already collected.
+void check_report(const fs::path& path, const fs::path& input, std::span<const io::FileIdentity> inputs,
+                  const fs::path& output_dir, bool overwrite) {
   const fs::path at = resolved(path);
-  const bool local_input = !input.empty() && !io::is_remote_url(input.string());
   // io::check_output's rules first (a device, FIFO or socket, or one of the input's files under
   // another name, a link or hard link, each with its own message).
-  (void)io::check_output(path, io::OutputKind::file, false,
-                         local_input ? input_identities(resolved(input)) : std::vector<io::FileIdentity>{});
-  if (local_input) {
-    const fs::path in = resolved(input);
-    if (at == in || (fs::is_directory(in) && within(at, in)))
-      throw Error(ErrorKind::invalid_argument, path.string(), "",
-                  "the report would be written into the input checkpoint " + input.string());
-  }
-  if (!output_dir.empty()) {
-    const fs::path out = resolved(output_dir);
-    if (at == out || within(at, out))
-      throw Error(ErrorKind::invalid_argument, path.string(), "",
-                  "the report would be written into the output checkpoint " + output_dir.string() +
-                      ", which holds the checkpoint's files only");
-  }
+  (void)io::check_output(path, io::OutputKind::file, false, inputs);
+  if (!input.empty() && !io::is_remote_url(input.string()) && detail::path_within(at, resolved(input)))
+    throw Error(ErrorKind::invalid_argument, path.string(), "",
+                "the report would be written into the input checkpoint " + input.string());
+  if (!output_dir.empty() && detail::path_within(at, resolved(output_dir)))
+    throw Error(ErrorKind::invalid_argument, path.string(), "",
+                "the report would be written into the output checkpoint " + output_dir.string() +
+                    ", which holds the checkpoint's files only");
   // where it goes must take a new file now, not after the work is done
   const fs::path parent = at.parent_path();
   std::error_code ec;
@@ -135,14 +125,19 @@ void check_report_path(const std::filesystem::path& path, const std::filesystem:
     throw Error(ErrorKind::invalid_argument, path.string(), "",
                 "the report file already exists (overwrite / --overwrite replaces it)");
 }
+}  // namespace
+
+void check_report_path(const std::filesystem::path& path, const std::filesystem::path& input,
+                       const std::filesystem::path& output_dir, bool overwrite) {
+  check_report(path, input, input_identities(input), output_dir, overwrite);
+}
 
 void write_report_json(const std::filesystem::path& path, const CompressReport& report, const CompressOptions& options,
                        const std::filesystem::path& input, const std::filesystem::path& output_dir) {
   detail::at_boundary(path.string(), "", [&] {
-    check_report_path(path, input, output_dir, options.overwrite);
+    const auto ids = input_identities(input);
+    check_report(path, input, ids, output_dir, options.overwrite);
     const std::string text = report_json(report, options);
-    const bool local_input = !input.empty() && !io::is_remote_url(input.string());
-    const auto ids = local_input ? input_identities(resolved(input)) : std::vector<io::FileIdentity>{};
     io::OutputFile f(path, ids);
     if (std::fwrite(text.data(), 1, text.size(), f.stream()) != text.size())
       throw Error(ErrorKind::io, path.string(), "", std::string("write failed: ") + std::strerror(errno));

@@ -2,19 +2,13 @@
 
 #include <csignal>
 
-#include <fcntl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -105,31 +99,6 @@ uint64_t parse_uint(const std::string& flag, const std::string& v, uint64_t lo, 
   return n;
 }
 
-// A small text file named on the command line: a regular file (a FIFO would block, /dev/zero
-// never end), at most `cap` bytes.
-std::string read_small_text(const std::string& flag, const std::string& file, uint64_t cap) {
-  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw ctstream::Error(ctstream::ErrorKind::io, file, "", flag + ": " + std::strerror(errno));
-  struct stat st {};
-  std::string text;
-  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= cap;
-  if (ok) {
-    text.resize(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    while (ok && done < text.size()) {
-      const ssize_t r = ::read(fd, text.data() + done, text.size() - done);
-      if (r < 0 && errno == EINTR) continue;
-      ok = r > 0;
-      if (ok) done += static_cast<size_t>(r);
-    }
-  }
-  ::close(fd);
-  if (!ok)
-    throw ctstream::Error(ctstream::ErrorKind::io, file, "",
-                          flag + " must name a regular file of at most " + std::to_string(cap) + " bytes");
-  return text;
-}
-
 ctstream::OpenOptions open_options(const Args& a) {
   ctstream::OpenOptions o;
   if (a.has("--pread")) o.io = ctstream::IoMode::pread;
@@ -137,9 +106,7 @@ ctstream::OpenOptions open_options(const Args& a) {
   if (a.has("--threads")) o.threads = static_cast<unsigned>(parse_uint("--threads", a.get("--threads"), 0, 1024));
   if (a.has("--module-classes")) {
     // {"model.layers.0.mlp.up_proj": ["Linear", "Module"], ...}: type(m).__mro__ names per module.
-    const std::string file = a.get("--module-classes");
-    o.module_classes =
-        ctstream::module_classes_from_json(read_small_text("--module-classes", file, o.max_json_bytes), file);
+    o.module_classes = ctstream::module_classes_from_file(a.get("--module-classes"), o.max_json_bytes);
   }
   return o;
 }
