@@ -181,14 +181,25 @@ uint64_t write_synthetic_llama(const std::filesystem::path& final_dir, const Syn
                                                     : sp.dtype == ctstream::DType::F16 ? "float16"
                                                                                        : "bfloat16"}}
                  .dump(2));
-  if (exists) {  // the old one out of the way (renaming moves a link, not its target), the new one in
-    const fs::path old = claim_temp_dir(dir_final);
-    fs::rename(dir_final, old / "old");
-    cleanup.p = old;
-  } else {
+  if (!exists) {
+    fs::rename(dir, dir_final);
     cleanup.p.clear();
+    return total;
   }
-  fs::rename(dir, dir_final);
+  // The old one out of the way (renaming moves a link, not its target), the new one in; the old
+  // one back if that fails, and removed only once the new one holds the name.
+  const fs::path old = claim_temp_dir(dir_final);
+  Cleanup old_cleanup{old};
+  fs::rename(dir_final, old / "old");
+  try {
+    fs::rename(dir, dir_final);
+  } catch (...) {
+    std::error_code back;
+    fs::rename(old / "old", dir_final, back);
+    if (back) old_cleanup.p.clear();  // it could not go back: left where it is, never removed
+    throw;
+  }
+  cleanup.p.clear();
   return total;
 }
 
