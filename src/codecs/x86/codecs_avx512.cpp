@@ -656,8 +656,63 @@ template <Kind O, bool NT>
     }
   }
 }
+// f16 outputs of those rows take no table: an E4M3 code's bits placed in an f16 word (sign to bit
+// 15, exponent and mantissa to bits 13-7) are x 2^-8 as an f16, E4M3's subnormals f16 subnormals of
+// the same scale, so vcvtph2ps gives x 2^-8 exactly and a multiply by 2^(k + 8) gives x 2^k exactly
+// (the kPow2Field* bounds keep it an f32 normal); vcvtps2ph rounds that once, as the table path
+// rounds its bf16 words. The NaN codes (0x7F, 0xFF) get the f16 words the table path gives them.
+// Per 64 columns this is 3 shuffles and 8 conversions, where the table path's lookup, interleave
+// and widening take 12 shuffles on top of 4 conversions (Intel cores run 512-bit shuffles on one
+// port: HACKING.md).
+struct E4m3F16Nan {
+  __m512i pos, neg;  // the f16 words of codes 0x7F and 0xFF, in every word
+};
+inline const E4m3F16Nan& e4m3_f16_nan() {
+  static const E4m3F16Nan n = [] {
+    __m512i w0, w1;
+    byte_words(unit_e4m3_table(), _mm512_set1_epi8(0x7F), w0, w1);
+    const __m512i pos = bf16_words_f16(w0);
+    byte_words(unit_e4m3_table(), _mm512_set1_epi8(static_cast<char>(0xFF)), w0, w1);
+    return E4m3F16Nan{pos, bf16_words_f16(w0)};
+  }();
+  return n;
+}
+// 32 codes (sign-extended to words: the sign in bits 15-7) -> their f16 words times s (2^(k + 8) in
+// every lane).
+[[gnu::always_inline]] inline __m512i e4m3_f16_words(__m512i w, __m512 s) {
+  const __m512i h = _mm512_and_si512(_mm512_slli_epi16(w, 7), _mm512_set1_epi16(static_cast<short>(0xBFFF)));
+  const auto half = [s](__m256i q) { return _mm512_cvtps_ph(_mm512_mul_ps(_mm512_cvtph_ps(q), s), kRne); };
+  return _mm512_inserti64x4(_mm512_castsi256_si512(half(_mm512_castsi512_si256(h))),
+                            half(_mm512_extracti64x4_epi64(h, 1)), 1);
+}
+template <bool NT>
+void pow2_run_f16(const uint8_t* codes, size_t cols, const float* scale, size_t gs, uint16_t* o) {
+  const E4m3F16Nan& nan = e4m3_f16_nan();
+  size_t g = 0, g_end = gs;  // as pow2_run
+  for (size_t j = 0; j < cols; j += 64) {
+    while (j >= g_end) ++g, g_end += gs;
+    const unsigned n = cols - j < 64 ? static_cast<unsigned>(cols - j) : 64;
+    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(codes) + j + x86::kCodesAhead), _MM_HINT_T0);
+    const __m512i c = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, n), codes + j);
+    const __m512 s0 = _mm512_set1_ps(scale[g] * 256.f);
+    __m512i w0 = e4m3_f16_words(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(c)), s0), w1 = w0;
+    if (n > 32)
+      w1 = e4m3_f16_words(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(c, 1)),
+                          j + 32 >= g_end ? _mm512_set1_ps(scale[g + 1] * 256.f) : s0);
+    const __mmask64 pos = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8(0x7F)),
+                    neg = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8(static_cast<char>(0xFF)));
+    if (pos | neg) [[unlikely]] {
+      w0 = _mm512_mask_mov_epi16(_mm512_mask_mov_epi16(w0, static_cast<__mmask32>(pos), nan.pos),
+                                 static_cast<__mmask32>(neg), nan.neg);
+      w1 = _mm512_mask_mov_epi16(_mm512_mask_mov_epi16(w1, static_cast<__mmask32>(pos >> 32), nan.pos),
+                                 static_cast<__mmask32>(neg >> 32), nan.neg);
+    }
+    store_words64<NT>(o + j, w0, w1, n);
+  }
+}
 template <Kind O, bool NT>
 void pow2_run(const uint8_t* codes, size_t cols, const float* scale, size_t gs, void* o) {
+  if constexpr (O == kF16) return pow2_run_f16<NT>(codes, cols, scale, gs, static_cast<uint16_t*>(o));
   const ByteTable& t = unit_e4m3_table();
   const auto shift = [&](size_t group) {  // k << 7 of that group
     uint32_t b;
