@@ -933,11 +933,45 @@ inline bool pow2_scales(const float* scale, size_t n) {
   }
   return true;
 }
+// f16 outputs of those rows take no table, as AVX-512's pow2_run_f16: an E4M3 code's bits placed in
+// an f16 word (sign to bit 15, exponent and mantissa to bits 13-7) are x 2^-8, which vcvtph2ps
+// widens exactly; times s256 = 2^(k + 8) that is x 2^k exactly, and vcvtps2ph rounds it once, as the
+// bf16 tables' words are rounded. A step holding a NaN code takes e4m3_put32's arithmetic.
+template <Kind N, bool NT>
+[[gnu::always_inline]] inline void pow2_f16_step32(const uint8_t* p, __m256 s256, uint16_t* o) {
+  const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i nan =
+      _mm256_cmpeq_epi8(_mm256_or_si256(c, _mm256_set1_epi8(static_cast<char>(0x80))), _mm256_set1_epi8(-1));
+  if (!_mm256_testz_si256(nan, nan)) [[unlikely]] {
+    for (size_t k = 0; k < 32; k += 16)
+      byte_chunk16<N, kF16, false, true, NT, false>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k)), s256,
+                                                    _mm256_setzero_ps(), true, o + k);
+    return;
+  }
+  const auto eight = [&](size_t k) {  // codes k .. k + 7, sign-extended: the sign in bits 15-7
+    const __m128i w = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + k)));
+    const __m128i h = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(static_cast<short>(0xBFFF)));
+    return _mm256_cvtps_ph(_mm256_mul_ps(_mm256_cvtph_ps(h), s256), kRne);
+  };
+  put256<NT>(o, _mm256_set_m128i(eight(8), eight(0)));
+  put256<NT>(o + 16, _mm256_set_m128i(eight(24), eight(16)));
+}
 // Whole 32-column steps; returns the columns written (the rest, under 32, lies in one group).
 template <Kind N, Kind O, bool NT>
 size_t pow2_e4m3_run(const uint8_t* codes, size_t cols, const float* scale, size_t gs, void* out) {
   constexpr size_t osz = O == kF32 ? 4 : 2;
   auto* o = static_cast<unsigned char*>(out);
+  if constexpr (O == kF16) {
+    size_t j = 0;
+    const float* sg = scale;
+    for (size_t next = gs; j + 32 <= cols; j += 32) {
+      _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(codes) + j + x86::kCodesAhead),
+                   _MM_HINT_T0);
+      if (j == next) ++sg, next += gs;
+      pow2_f16_step32<N, NT>(codes + j, _mm256_set1_ps(*sg * 256.f), reinterpret_cast<uint16_t*>(o + j * 2));
+    }
+    return j;
+  }
   const E4m3Tables by_r[2] = {e4m3_tables(1.f), e4m3_tables(2.f)};
   const __m256i h_table = e4m3_h(), m0 = _mm256_setr_epi64x(0xFF, 0, 0xFF, 0);  // byte 0 of each lane: Z's m = 0
   // The step's group by a running count: as j / gs, a 64-bit division per step (a loop over the
