@@ -283,3 +283,45 @@ def test_forked_child_decodes_and_writes_after_parallel_decodes(big_ckpt, tmp_pa
         """, big_ckpt, tmp_path / "child-out")
     assert (tmp_path / "child-out" / "model.safetensors").exists()
     assert (tmp_path / "child-out-c" / "model.safetensors").exists()
+
+
+# ---- interpreter exit ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plain_big(tmp_path_factory):
+    """A plain F32 file of 8 x 8 MiB: a decode long enough for the interpreter to exit meanwhile."""
+    from safetensors.numpy import save_file
+    import numpy as np
+    p = tmp_path_factory.mktemp("exit") / "big.safetensors"
+    save_file({f"t{i}": np.full((2048, 1024), i, dtype=np.float32) for i in range(8)}, str(p))
+    return p
+
+
+@pytest.mark.parametrize("how", ["get", "tensors"])
+def test_interpreter_exit_with_a_daemon_thread_inside_ctstream(plain_big, how):
+    # A daemon thread decoding while the interpreter exits took the GIL back after finalization had
+    # begun: CPython ended it with pthread_exit, whose unwind through a noexcept frame aborted the
+    # process ("terminate called without an active exception", rc 134, 9 runs in 10). The atexit
+    # hook now waits for the calls in flight, and later ones park. Each case exits repeatedly at a
+    # different point of the thread's loop.
+    code = """
+        import sys, threading, time
+        sys.modules["torch"] = None  # numpy only: torch's own daemon-thread exit is not under test
+        import numpy as np, ctstream
+        how, path = sys.argv[1], sys.argv[2]
+        ck = ctstream.open(path, framework="np", threads=1, budget="9MB")
+        def loop():
+            while True:
+                if how == "tensors":
+                    for _ in ck.tensors():
+                        pass
+                else:
+                    for k in ck.keys():
+                        ck.get(k)
+        threading.Thread(target=loop, daemon=True).start()
+        time.sleep(float(sys.argv[3]))
+        print("exiting", flush=True)
+        """
+    for delay in (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2):
+        r = _run(code, how, plain_big, delay)
+        assert r.stdout == "exiting\n", r.stdout

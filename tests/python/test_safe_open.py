@@ -389,6 +389,28 @@ def test_empty_tensor_numpy_cannot_hold_is_a_ctstream_error(tmp_path):
             f.get_tensor("z")
 
 
+@pytest.mark.parametrize("rank", [65, 129])
+@pytest.mark.parametrize("fw", ["pt", "np"])
+def test_more_dims_than_numpy_holds_is_a_ctstream_error(tmp_path, rank, fw):
+    # numpy holds at most 64 dims. A valid one-byte tensor of shape [1] * 65 came back as a 0-d
+    # object array (np) or a TypeError (pt); past 128 dims nanobind aborted the process.
+    hdr = json.dumps({"r": {"dtype": "U8", "shape": [1] * rank, "data_offsets": [0, 1]}}).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    p = tmp_path / "r.safetensors"
+    p.write_bytes(struct.pack("<Q", len(hdr)) + hdr + b"\x07")
+    with ctstream.safe_open(str(p), framework=fw) as f:
+        assert f.get_slice("r").get_shape() == [1] * rank
+        with pytest.raises(ctstream.Error, match=f"'r' has {rank} dims"):
+            f.get_tensor("r")
+    ck = ctstream.open(str(p))
+    with pytest.raises(ctstream.Error, match="at most 64"):
+        ck.get("r")
+    with pytest.raises(ctstream.Error, match="at most 64"):
+        next(iter(ck.tensors()))
+    with pytest.raises(ctstream.Error, match="at most 64"):
+        ck.part("r", "weight")
+
+
 DEVICES = [None, "cpu", "cuda", "cuda:0", "cuda:3", "cuda:+1", "mps", "mps:0", "mps:1", "xpu", "xpu:3", "npu:1", "hpu",
            "xla:1", "mlu", "musa:2", "cuda:1:2", "cuda:x", "cuda:", "cuda:-1", "mps:x", "cuda:99999999999999999999",
            "meta", "foo", "CPU", "cpu:0", " cuda", "ipu", "privateuseone", 0, 3, -1, True, False, 1.5, b"cpu", [0]]

@@ -183,6 +183,8 @@ class Checkpoint:
         pages of each tensor are dropped once it is decoded, so resident memory stays about the
         tensors you keep plus the budget. The iterator may be shared by several threads: each
         ``next()`` hands out a different tensor."""
+        if isinstance(names, (str, bytes)):
+            raise TypeError("names= takes a list of tensor names, not one name as %s" % type(names).__name__)
         return TensorIterator(self._n.iter(_dtype_str(dtype), None if names is None else list(names)), self._fw)
 
     def get(self, name: str, dtype: Any = None, out: Any = None):

@@ -104,6 +104,13 @@ def _out_target(out):
     ml_dtypes numpy array (numpy cannot export those dtypes)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(out, torch.Tensor):
+        # A conj() / _neg_view() view shares its storage with a flag that torch applies on every
+        # read: bytes written into the storage would read back conjugated / negated.
+        if out.is_conj() or out.is_neg():
+            what = "conj" if out.is_conj() else "neg"
+            raise InvalidArgumentError(f"out= is a lazy {what} view (torch's is_{what}()): what is written to its "
+                                       f"storage would read back {'conjugated' if what == 'conj' else 'negated'}; "
+                                       "pass a plain tensor")
         return out.detach() if out.requires_grad else out
     dt = getattr(out, "dtype", None)
     raw = _ML_RAW.get(getattr(dt, "name", ""))

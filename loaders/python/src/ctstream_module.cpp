@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -73,6 +74,46 @@ void set_error(const std::string& kind, const std::string& message, const std::s
 [[noreturn]] void raise(const char* kind, const std::string& message, const std::string& tensor) {
   set_error(kind, message, "", tensor);
   throw nb::python_error();
+}
+
+namespace {
+std::mutex g_exit_mu;
+std::condition_variable g_exit_cv;
+bool g_exiting = false;  // the atexit hook has run
+unsigned g_in_calls = 0;
+[[noreturn]] void park() noexcept {
+  for (;;) pause();
+}
+}  // namespace
+
+InCall::InCall() {
+  {
+    std::lock_guard<std::mutex> lk(g_exit_mu);
+    if (!g_exiting) {
+      ++g_in_calls;
+      return;
+    }
+  }
+  (void)PyEval_SaveThread();  // the GIL for the threads still running
+  park();
+}
+InCall::~InCall() {
+  std::lock_guard<std::mutex> lk(g_exit_mu);
+  if (--g_in_calls == 0) g_exit_cv.notify_all();
+}
+void park_if_finalizing() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  if (Py_IsFinalizing()) park();
+#else
+  if (_Py_IsFinalizing()) park();
+#endif
+}
+// The atexit hook (the main thread, GIL held): waits for the calls in flight, the GIL released.
+void at_exit() {
+  nb::gil_scoped_release unlocked;  // before finalization: taking it back returns
+  std::unique_lock<std::mutex> lk(g_exit_mu);
+  g_exiting = true;
+  g_exit_cv.wait(lk, [] { return g_in_calls == 0; });
 }
 
 }  // namespace ctstream_py
@@ -274,19 +315,35 @@ std::vector<size_t> packed_shape(DType d, std::vector<size_t> shape, uint64_t by
   return {static_cast<size_t>(bytes)};
 }
 
-nb::ndarray<nb::numpy> make_array(const Buffer& b, DType d, std::vector<size_t> shape, uint64_t bytes) {
+// The numpy array shape of `shape` elements of `d` (sub-byte dtypes: packed_shape), or a ctstream
+// error naming `tensor` where numpy can hold no such array:
+// - more than numpy's NPY_MAXDIMS (64) dims: safetensors' numpy path refuses those too, and
+//   nanobind would hand numpy an object array, or abort the process past 128;
+// - numpy multiplies the dims (zero or not) in a signed 64-bit size: an empty tensor of
+//   [0, 2^32, 2^32] is valid safetensors but no numpy array (numpy's bare ValueError otherwise).
+std::vector<size_t> array_shape(DType d, std::vector<size_t> shape, uint64_t bytes, const std::string& tensor) {
+  constexpr size_t kMaxDims = 64;
+  if (shape.size() > kMaxDims)
+    raise("unsupported",
+          "tensor '" + tensor + "' has " + std::to_string(shape.size()) + " dims: a numpy array has at most " +
+              std::to_string(kMaxDims),
+          tensor);
   if (sub_byte(d)) shape = packed_shape(d, std::move(shape), bytes);
-  // numpy multiplies the dims (zero or not) in a signed 64-bit size: an empty tensor of
-  // [0, 2^32, 2^32] is valid safetensors but no numpy array. A ctstream error, not numpy's bare
-  // ValueError at conversion.
   uint64_t n = 1;
   for (size_t v : shape)
     if (v != 0 && __builtin_mul_overflow(n, static_cast<uint64_t>(v), &n)) n = UINT64_MAX;
   if (n > static_cast<uint64_t>(INT64_MAX) / 8)
     raise("unsupported",
-          "a tensor of this shape cannot be a numpy array (the product of its non-zero dims "
-          "overflows numpy's 64-bit size)");
-  return nb::ndarray<nb::numpy>(b.data, shape.size(), shape.data(), b.owner, nullptr, storage_dl(d));
+          "tensor '" + tensor +
+              "' cannot be a numpy array: the product of its non-zero dims overflows numpy's 64-bit size",
+          tensor);
+  return shape;
+}
+
+nb::ndarray<nb::numpy> make_array(const Buffer& b, DType d, const std::vector<size_t>& shape, uint64_t bytes,
+                                  const std::string& tensor) {
+  const std::vector<size_t> s = array_shape(d, shape, bytes, tensor);
+  return nb::ndarray<nb::numpy>(b.data, s.size(), s.data(), b.owner, nullptr, storage_dl(d));
 }
 
 // ---- the checkpoint -------------------------------------------------------------------------
@@ -312,26 +369,30 @@ class TensorIter {
   }
 
   nb::tuple decode_next() {
+    ctstream_py::InCall in_call;
     check_process();
     std::optional<ctstream::Stream::Item> item;
     void* p = nullptr;
     {
       // Any number of Python threads may advance one iterator: they take turns (the lock is
       // taken with the GIL released, so a thread waiting for it never blocks the holder).
-      nb::gil_scoped_release unlocked;
+      ctstream_py::Unlocked unlocked;
       std::lock_guard<std::mutex> turn(st_->next_mu);
       if (!st_->stream) start();
-      item = st_->stream->next();  // rethrows a decode error at its tensor
-      if (item) {
-        p = take(item->info);
-        ++st_->delivered;
+      try {
+        item = st_->stream->next();  // rethrows a decode error at its tensor
+      } catch (...) {
+        drop_failed();  // the stream goes on with the next tensor: so does the iterator
+        throw;
       }
+      if (item) p = take(item->info);
     }
     if (!item) throw nb::stop_iteration();
     nb::capsule owner(p, [](void* q) noexcept { out_free(q); });
     const Buffer b{static_cast<std::byte*>(p), std::move(owner)};
     const TensorInfo& t = *item->info;
-    return nb::make_tuple(t.name, make_array(b, item->dtype, {t.shape.begin(), t.shape.end()}, item->data.size()),
+    return nb::make_tuple(t.name,
+                          make_array(b, item->dtype, {t.shape.begin(), t.shape.end()}, item->data.size(), t.name),
                           std::string(ctstream::dtype_name(item->dtype)));
   }
   // A started iterator belongs to the process that started it: its decode worker, and the locks
@@ -343,7 +404,10 @@ class TensorIter {
             "this tensor iterator was started in another process (before a fork): its decode thread does not exist "
             "here; open the checkpoint again in the child (or call tensors() again) and iterate that");
   }
-  size_t remaining() const { return (names_ ? names_->size() : ck_->tensors().size()) - st_->delivered; }
+  size_t remaining() const {
+    const size_t total = names_ ? names_->size() : ck_->tensors().size(), done = st_->answered.load();
+    return total > done ? total - done : 0;  // a stream that stopped raises on every call after
+  }
   uint64_t budget() const { return budget_; }
   unsigned threads() const { return threads_; }
 
@@ -356,32 +420,53 @@ class TensorIter {
     if (names_) so.order = *names_;
     // Called on the worker thread, in delivery order: plain aligned memory (no GIL needed);
     // ownership passes to a capsule when the tensor is delivered.
+    // With a destination the stream decodes one tensor at a time, in delivery order, and asks for
+    // each one's destination first: the n-th call is for the n-th tensor of the order (numbered
+    // before the allocation, which may throw).
     State* st = st_.get();
     so.destination = [st](const TensorInfo& t, uint64_t bytes) {
+      const size_t seq = st->asked++;
       void* p = out_alloc(bytes);
       std::lock_guard<std::mutex> lk(st->mu);
-      st->pending.emplace_back(&t, p);
+      st->pending.push_back({seq, &t, p});
       return std::span<std::byte>(static_cast<std::byte*>(p), bytes);
     };
     st_->stream = std::make_unique<ctstream::Stream>(*ck_, std::move(so));
     st_->pid.store(::getpid());
   }
-  // The buffer of the next tensor delivered: destinations are asked for in delivery order, so it
-  // is the oldest pending one (a name listed twice is decoded, and delivered, twice).
+  // The buffer of the tensor just delivered: the oldest pending one (a name listed twice is
+  // decoded, and delivered, twice).
   void* take(const TensorInfo* t) {
+    const size_t seq = st_->answered++;
     std::lock_guard<std::mutex> lk(st_->mu);
-    if (st_->pending.empty() || st_->pending.front().first != t)
+    if (st_->pending.empty() || st_->pending.front().seq != seq || st_->pending.front().info != t)
       throw std::logic_error("tensor iterator: '" + t->name + "' delivered without its buffer");  // GIL released
-    void* p = st_->pending.front().second;
+    void* p = st_->pending.front().data;
     st_->pending.pop_front();
     return p;
   }
+  // The tensor whose decode next() just raised: its buffer, if it had one, is freed (it held
+  // every later tensor's buffer up before).
+  void drop_failed() {
+    const size_t seq = st_->answered++;
+    std::lock_guard<std::mutex> lk(st_->mu);
+    if (!st_->pending.empty() && st_->pending.front().seq == seq) {
+      out_free(st_->pending.front().data);
+      st_->pending.pop_front();
+    }
+  }
   // Shared with the stream's worker; kept at a stable address so the iterator can move.
   struct State {
-    std::mutex next_mu;  // one decode_next() at a time
-    std::atomic<size_t> delivered{0};
+    std::mutex next_mu;               // one decode_next() at a time
+    std::atomic<size_t> asked{0};     // destinations asked for (the worker)
+    std::atomic<size_t> answered{0};  // tensors next() delivered or raised (written under next_mu)
+    struct Pending {
+      size_t seq;  // the tensor's place in the order
+      const TensorInfo* info;
+      void* data;
+    };
     std::mutex mu;
-    std::deque<std::pair<const TensorInfo*, void*>> pending;  // allocated, not yet handed to Python
+    std::deque<Pending> pending;  // allocated, not yet handed to Python
     std::unique_ptr<ctstream::Stream> stream;
     std::atomic<pid_t> pid{0};  // the process whose worker runs `stream` (0: not started)
     ~State() {
@@ -392,7 +477,7 @@ class TensorIter {
         return;
       }
       stream.reset();  // joins the worker: no allocation after this
-      for (auto& [t, p] : pending) out_free(p);
+      for (const Pending& q : pending) out_free(q.data);
     }
   };
 
@@ -424,7 +509,8 @@ class PyCheckpoint {
     else raise("invalid_argument", "low_rank must be 'original' or 'stored', not '" + low_rank + "'");
     std::optional<ctstream::Checkpoint> ck;
     {
-      nb::gil_scoped_release unlocked;
+      ctstream_py::InCall in_call;
+      ctstream_py::Unlocked unlocked;
       ck.emplace(ctstream::Checkpoint::open(path, o));
     }
     ck_ = std::make_shared<const ctstream::Checkpoint>(std::move(*ck));
@@ -471,6 +557,7 @@ class PyCheckpoint {
   // Decodes (a slice of) `name` into a fresh array. @return (array, dtype name)
   nb::tuple decode(const std::string& name, std::optional<std::string> dtype, int64_t dim, uint64_t start,
                    uint64_t stop) const {
+    ctstream_py::InCall in_call;
     CkPtr ck = this->ck();
     const TensorInfo& t = ck->at(name);
     const DType d = resolve(t, dtype_arg(dtype));
@@ -479,13 +566,13 @@ class PyCheckpoint {
     Buffer b = allocate(bytes);
     uint64_t n;
     {
-      nb::gil_scoped_release unlocked;
+      ctstream_py::Unlocked unlocked;
       n = ck->decode_into(t, std::span<std::byte>(b.data, bytes), d, s.slice);
       ck->release(t);  // drop its file pages from the process: RSS stays bounded across get()s
     }
     if (n != bytes)
       throw std::runtime_error("ctstream: decoded " + std::to_string(n) + " bytes, expected " + std::to_string(bytes));
-    return nb::make_tuple(make_array(b, d, s.shape, bytes), std::string(ctstream::dtype_name(d)));
+    return nb::make_tuple(make_array(b, d, s.shape, bytes, name), std::string(ctstream::dtype_name(d)));
   }
 
   // Decodes (a slice of) `name` straight into the caller's array `out` (any DLPack / buffer
@@ -493,6 +580,7 @@ class PyCheckpoint {
   // @return the dtype name written.
   std::string decode_into(const std::string& name, nb::handle out, std::optional<std::string> dtype, int64_t dim,
                           uint64_t start, uint64_t stop) const {
+    ctstream_py::InCall in_call;
     CkPtr ck = this->ck();
     const TensorInfo& t = ck->at(name);
     nb::ndarray<> arr;
@@ -556,7 +644,7 @@ class PyCheckpoint {
     const uint64_t bytes = arr.nbytes();
     std::byte* p = static_cast<std::byte*>(arr.data_handle()) + arr.byte_offset();
     {
-      nb::gil_scoped_release unlocked;
+      ctstream_py::Unlocked unlocked;
       ck->decode_into(t, std::span<std::byte>(p, static_cast<size_t>(bytes)), d, s.slice);
       ck->release(t);
     }
@@ -565,6 +653,7 @@ class PyCheckpoint {
 
   // Raw bytes of one stored part (keep-packed passthrough), as its stored dtype and shape.
   nb::tuple read_part(const std::string& name, const std::string& role) const {
+    ctstream_py::InCall in_call;
     CkPtr ck = this->ck();
     const TensorInfo& t = ck->at(name);
     const ctstream::TensorPart* p = t.part(role);
@@ -575,10 +664,10 @@ class PyCheckpoint {
     }
     Buffer b = allocate(p->nbytes);
     {
-      nb::gil_scoped_release unlocked;
+      ctstream_py::Unlocked unlocked;
       ck->read_part(*p, std::span<std::byte>(b.data, p->nbytes));
     }
-    return nb::make_tuple(make_array(b, p->dtype, {p->shape.begin(), p->shape.end()}, p->nbytes),
+    return nb::make_tuple(make_array(b, p->dtype, {p->shape.begin(), p->shape.end()}, p->nbytes, name),
                           std::string(ctstream::dtype_name(p->dtype)));
   }
 
@@ -587,6 +676,7 @@ class PyCheckpoint {
   // explicit Checkpoint.part(unsafe_view=True): the check here covers a file truncated before this
   // call; one truncated while the array lives raises SIGBUS when it is touched. `None` in pread mode.
   nb::object view_part(const std::string& name, const std::string& role) const {
+    ctstream_py::InCall in_call;
     CkPtr ck = this->ck();
     if (ck->options().io != ctstream::IoMode::mmap) return nb::none();
     const TensorInfo& t = ck->at(name);
@@ -595,8 +685,7 @@ class PyCheckpoint {
     const auto span = ck->part_view(*p);
     auto* keep = new CkPtr(ck);
     nb::capsule owner(keep, [](void* q) noexcept { delete static_cast<CkPtr*>(q); });
-    std::vector<size_t> shape(p->shape.begin(), p->shape.end());
-    if (sub_byte(p->dtype)) shape = packed_shape(p->dtype, std::move(shape), p->nbytes);
+    const std::vector<size_t> shape = array_shape(p->dtype, {p->shape.begin(), p->shape.end()}, p->nbytes, name);
     auto arr = nb::ndarray<nb::numpy, nb::ro>(const_cast<std::byte*>(span.data()), shape.size(), shape.data(), owner,
                                               nullptr, storage_dl(p->dtype));
     return nb::make_tuple(arr, std::string(ctstream::dtype_name(p->dtype)));
@@ -635,6 +724,12 @@ std::vector<uint64_t> shape_of(const ctstream::Shape& s) { return {s.begin(), s.
 NB_MODULE(_ctstream, m) {
   m.doc() = "ctstream native module: decode compressed-tensors checkpoints into caller memory";
   m.attr("__version__") = ctstream::version_string;
+  m.def("_at_exit", &ctstream_py::at_exit,
+        "Interpreter exit: no thread takes the GIL back through ctstream from here on.");
+  nb::module_::import_("atexit").attr("register")(m.attr("_at_exit"));
+  // Objects a parked daemon thread holds at exit are never freed, by design (at_exit): nanobind
+  // would list each as a leak on stderr.
+  nb::set_leak_warnings(false);
   m.def("active_isa", [] { return std::string(ctstream::active_isa()); });
   m.def(
       "dtype_bits",
@@ -652,9 +747,10 @@ NB_MODULE(_ctstream, m) {
       "_read_small_remote",
       [](const std::string& url, uint64_t max_bytes) -> nb::bytes {
 #ifdef CTSTREAM_HAVE_REMOTE
+        ctstream_py::InCall in_call;
         std::string s;
         {
-          nb::gil_scoped_release nogil;
+          ctstream_py::Unlocked nogil;
           s = ctstream::io::read_small_remote(url, max_bytes);
         }
         return nb::bytes(s.data(), s.size());

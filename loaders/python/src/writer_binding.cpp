@@ -120,7 +120,7 @@ CompressOptions options_from(const nb::dict& d) {
 void set_progress(CompressOptions& o, nb::object progress, const std::shared_ptr<Pending>& pending) {
   auto fn = progress.is_none() ? nullptr : std::make_shared<nb::object>(std::move(progress));
   o.progress = [fn, pending](const ctstream::CompressProgress& p) {
-    nb::gil_scoped_acquire gil;
+    Locked gil;
     try {
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
       if (!fn) return;
@@ -142,10 +142,11 @@ void set_progress(CompressOptions& o, nb::object progress, const std::shared_ptr
 /// Runs `work` without the GIL; a stashed Python exception wins over the writer's own error.
 template <class F>
 std::string run_released(F&& work, const std::shared_ptr<Pending>& pending, const std::function<void()>& cleanup) {
+  InCall in_call;  // through the Python callbacks of `work` and `cleanup`
   std::string out;
   std::exception_ptr failure;
   {
-    nb::gil_scoped_release unlocked;
+    Unlocked unlocked;
     try {
       out = work();
     } catch (...) {
@@ -176,7 +177,7 @@ struct PyFetch {
     held = false;
   }
   std::span<const std::byte> operator()(size_t i) {
-    nb::gil_scoped_acquire gil;
+    Locked gil;
     release_view();
     try {
       if (PyErr_CheckSignals() != 0) throw nb::python_error();  // Ctrl-C between tensors
