@@ -50,6 +50,9 @@ enum class LowRank : uint8_t {
   stored,    ///< the factors under their own names (decompose_config.json is not read)
 };
 
+/// The most decode threads a Checkpoint or Stream accepts (OpenOptions / StreamOptions::threads).
+inline constexpr unsigned kMaxThreads = 1024;
+
 struct OpenOptions {
   IoMode io = IoMode::mmap;
   Order order = Order::file;
@@ -57,7 +60,9 @@ struct OpenOptions {
   uint64_t max_header_bytes = 100'000'000;
   /// Largest index / config.json accepted.
   uint64_t max_json_bytes = 64ull << 20;
-  /// Threads used to decode one large tensor (0 = OpenMP default, i.e. all cores).
+  /// Threads used to decode one large tensor (0 = OpenMP default, i.e. all cores); at most
+  /// kMaxThreads (more is an invalid_argument error: GNU OpenMP ends the process when it cannot
+  /// make a team's threads).
   unsigned threads = 0;
   LowRank low_rank = LowRank::original;
   /// The model's module classes, for config groups that target class names (`Linear`,

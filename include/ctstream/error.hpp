@@ -26,7 +26,7 @@ enum class ErrorKind {
   corrupt_tensor,    ///< a compressed tensor's parts contradict each other or the config
   out_of_memory,     ///< an allocation failed (the request itself was valid)
   internal,          ///< anything else: a bug in ctstream (please report it)
-  file_not_found,    ///< the path to open does not exist
+  file_not_found,    ///< the path to open does not exist, or holds no checkpoint (no *.safetensors, no index)
 };
 
 /// Stable lower-case name of a kind (e.g. "invalid_offsets").

@@ -13,7 +13,7 @@
 // read, whatever the model size: consumed file ranges are released (MADV_DONTNEED on the
 // mapping, POSIX_FADV_DONTNEED on the file) unless `release_consumed` is false.
 // From s3:// / https:// the stream fetches ahead over its order: the tensors being decoded and the
-// next ones, up to the smaller of the budget and CTSTREAM_S3_PREFETCH_BYTES (64 MiB) of stored
+// next ones, up to the smaller of the budget and CTSTREAM_S3_PREFETCH_BYTES (32 MiB) of stored
 // bytes, in parallel ranged GETs (CTSTREAM_S3_CONNECTIONS, CTSTREAM_S3_CHUNK_BYTES); each decode
 // starts as soon as its first bytes arrive and frees its fetched bytes when it ends, so peak memory
 // is about budget + the largest tensor + that read-ahead cap (Checkpoint::remote_stats() reports it).
@@ -42,7 +42,7 @@ struct StreamOptions {
   uint64_t budget_bytes = 512ull << 20;
   /// Decode threads (0 = the Checkpoint's setting less one, left to the consumer). They run on
   /// the stream's worker thread: one large tensor is split across them, small tensors are
-  /// decoded in parallel batches.
+  /// decoded in parallel batches. At most kMaxThreads.
   unsigned threads = 0;
   /// Drop the file pages of each tensor once the consumer moves past it.
   bool release_consumed = true;
@@ -51,7 +51,8 @@ struct StreamOptions {
   /// vLLM's lazy iterator when every tensor is lazy) must not get the whole model decoded.
   std::optional<std::vector<std::string>> order;
   /// Optional caller-owned destination for each tensor (must hold `bytes`); called on a worker
-  /// thread, in delivery order. When set, no internal ring is used.
+  /// thread, in delivery order, one tensor at a time, before its decode. When set, no internal
+  /// ring is used. An exception it throws fails that tensor: next() rethrows it, as thrown.
   std::function<std::span<std::byte>(const TensorInfo& t, uint64_t bytes)> destination;
 };
 
@@ -72,10 +73,12 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
 
   /// The next tensor, decoded; nullopt after the last. Rethrows (as ctstream::Error) a decode
-  /// error at the tensor it concerns. The previous item's data is released by this call. Safe
-  /// to call from several threads: calls are served one at a time, each gets its own item.
+  /// error at the tensor it concerns, and `destination`'s exception as thrown; the next call goes
+  /// on with the next tensor. The previous item's data is released by this call, from whichever
+  /// thread it comes: several threads may call next() (they are served one at a time, each gets
+  /// its own item), but an item in the ring stays valid only until any of them calls again --
+  /// consumers that keep items while others call need `destination` (their own buffers).
   /// In a fork()ed child a Stream made before the fork throws Error{unsupported}: make a new one.
-  /// (Decodes in a forked child run on the calling thread: OpenMP's pool does not survive fork.)
   std::optional<Item> next();
   /// Number of tensors this stream delivers.
   size_t size() const noexcept;

@@ -75,7 +75,7 @@ std::vector<int32_t> pack_int32_rows(const int8_t* q, uint64_t rows, uint64_t co
   std::vector<uint32_t> out(rows * words, 0u);
   const uint32_t offset = 1u << (bits - 1), mask = (bits == 32 ? ~0u : (1u << bits) - 1u);
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin) \
-    num_threads(static_cast <int>(core::team_size()))
+    num_threads(static_cast <int>(core::team(core::team_size())))
   for (int64_t rr = 0; rr < static_cast<int64_t>(rows); ++rr) {
     const uint64_t r = static_cast<uint64_t>(rr);
     uint32_t* row = out.data() + r * words;

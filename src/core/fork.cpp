@@ -5,16 +5,24 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
+#include <system_error>
+#include <thread>
 
 namespace ctstream::core {
 namespace {
 
 std::atomic<bool> g_forked{false};
+thread_local bool t_survivor = false;
 
 // Registered when the library is loaded (this file is linked into every program that decodes:
-// Checkpoint and Stream take their thread counts from team_size()), so a fork at any later
-// point is seen. The child handler only stores a flag: async-signal-safe.
-const int g_registered = ::pthread_atfork(nullptr, nullptr, [] { g_forked.store(true, std::memory_order_relaxed); });
+// Checkpoint and Stream take their thread counts from here), so a fork at any later point is
+// seen. The child handler runs on the child's one thread, the survivor, and only stores flags:
+// async-signal-safe.
+const int g_registered = ::pthread_atfork(nullptr, nullptr, [] {
+  g_forked.store(true, std::memory_order_relaxed);
+  t_survivor = true;
+});
 
 }  // namespace
 
@@ -23,9 +31,33 @@ bool in_forked_child() noexcept {
   return g_forked.load(std::memory_order_relaxed);
 }
 
+bool on_fork_survivor() noexcept {
+  (void)g_registered;
+  return t_survivor;
+}
+
 unsigned team_size(unsigned wanted) noexcept {
-  if (in_forked_child()) return 1;
   return wanted ? wanted : static_cast<unsigned>(std::max(1, omp_get_max_threads()));
+}
+
+unsigned team(unsigned n) noexcept { return on_fork_survivor() ? 1 : n; }
+
+void run_team(unsigned n, const std::function<void()>& region) {
+  if (n <= 1 || !on_fork_survivor()) return region();
+  std::exception_ptr failed;
+  try {
+    std::thread fresh([&] {
+      try {
+        region();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    });
+    fresh.join();
+  } catch (const std::system_error&) {  // no thread to be had: here, on one (team() is 1 here)
+    return region();
+  }
+  if (failed) std::rethrow_exception(failed);
 }
 
 }  // namespace ctstream::core

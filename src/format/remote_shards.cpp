@@ -65,7 +65,7 @@ void discover_listed(ShardSet& lay, const io::Url& u, const std::string& dir, co
   }
   std::sort(weights.begin(), weights.end());
   if (weights.empty())
-    throw Error(ErrorKind::not_found, display, "", "prefix holds no *.safetensors object and no index");
+    throw Error(ErrorKind::file_not_found, display, "", "prefix holds no *.safetensors object and no index");
   for (const std::string& w : weights) lay.files.emplace_back(dir + w);
 }
 

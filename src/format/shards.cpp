@@ -169,7 +169,7 @@ ShardSet discover_shards(const fs::path& path, uint64_t max_json) {
   }
   lay.files = files_ending(path, ".safetensors");
   if (lay.files.empty())
-    throw Error(ErrorKind::not_found, path.string(), "", "directory holds no *.safetensors file and no index");
+    throw Error(ErrorKind::file_not_found, path.string(), "", "directory holds no *.safetensors file and no index");
   return lay;
 }
 

@@ -160,6 +160,9 @@ Checkpoint Checkpoint::open(const fs::path& path, const OpenOptions& options) {
 }
 
 Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& options) {
+  if (options.threads > kMaxThreads)
+    throw Error(ErrorKind::invalid_argument, path.string(), "",
+                "threads must be at most " + std::to_string(kMaxThreads) + ", not " + std::to_string(options.threads));
   static std::atomic<uint64_t> serials{0};
   auto ck = std::make_unique<Impl>();
   ck->serial = ++serials;

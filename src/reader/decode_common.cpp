@@ -1,5 +1,6 @@
 #include <omp.h>
 
+#include "core/fork.hpp"
 #include "reader/internal.hpp"
 
 namespace ctstream::reader {
@@ -57,22 +58,25 @@ void parallel_for(size_t n, unsigned threads, const std::function<void(size_t)>&
     for (size_t i = 0; i < n; ++i) body(i);
     return;
   }
-  std::exception_ptr first;
-  std::mutex mu;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast <int>(std::min <size_t>(threads, n)))
-  for (size_t i = 0; i < n; ++i) {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      if (first) continue;
+  const unsigned team = static_cast<unsigned>(std::min<size_t>(threads, n));
+  core::run_team(team, [&] {  // a fork()ed child's first thread hands the team to a fresh one
+    std::exception_ptr first;
+    std::mutex mu;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast <int>(core::team(team)))
+    for (size_t i = 0; i < n; ++i) {
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        if (first) continue;
+      }
+      try {
+        body(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (!first) first = std::current_exception();
+      }
     }
-    try {
-      body(i);
-    } catch (...) {
-      std::lock_guard<std::mutex> lk(mu);
-      if (!first) first = std::current_exception();
-    }
-  }
-  if (first) std::rethrow_exception(first);
+    if (first) std::rethrow_exception(first);
+  });
 }
 
 }  // namespace ctstream::reader

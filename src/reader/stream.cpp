@@ -20,6 +20,13 @@
 
 namespace ctstream {
 
+namespace {
+// An exception thrown by StreamOptions::destination, carried to next() as it was thrown.
+struct FromDestination {
+  std::exception_ptr thrown;
+};
+}  // namespace
+
 struct Stream::Impl {
   const Checkpoint& ck;
   StreamOptions opt;
@@ -53,6 +60,10 @@ struct Stream::Impl {
   bool foreign() const noexcept { return ::getpid() != pid; }
 
   Impl(const Checkpoint& c, StreamOptions o) : ck(c), opt(std::move(o)) {
+    if (opt.threads > kMaxThreads)
+      throw Error(
+          ErrorKind::invalid_argument, "", "",
+          "stream threads must be at most " + std::to_string(kMaxThreads) + ", not " + std::to_string(opt.threads));
     if (!opt.order) {
       for (const auto& t : ck.tensors()) order.push_back(&t);
     } else {
@@ -142,7 +153,12 @@ struct Stream::Impl {
     try {
       std::span<std::byte> dst;
       if (opt.destination) {
-        dst = opt.destination(t, s.bytes);
+        try {
+          dst = opt.destination(t, s.bytes);
+        } catch (...) {  // the caller's own exception: next() rethrows it as it is
+          s.error = std::make_exception_ptr(FromDestination{std::current_exception()});
+          return;
+        }
       } else if (s.oversize) {
         if (oversize_buf.size() < s.bytes) {  // grows to the largest oversize tensor, then reused
           oversize_buf = io::AnonBuffer();    // the old one goes first: never both at once
@@ -174,7 +190,7 @@ struct Stream::Impl {
   void run() {
     // Default: the Checkpoint's decode threads less one, which stays with the consumer (copying
     // items out, uploading them): an OpenMP team spinning on every core would starve it.
-    // In a forked child: 1 (core/fork.hpp).
+    // (A Stream decodes on its own worker thread, which a fork()ed child makes afresh: full teams.)
     const unsigned ck_threads = core::team_size(ck.options().threads);
     const unsigned threads = core::team_size(opt.threads ? opt.threads : std::max(1u, ck_threads - 1));
     size_t i = 0;
@@ -206,7 +222,8 @@ struct Stream::Impl {
         decode_one(i, *batch[0]);
       } else {
         reader::ScopedDecodeThreads scope(1);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast <int>(std::min <size_t>(threads, batch.size())))
+#pragma omp parallel for schedule(dynamic, 1) \
+    num_threads(static_cast <int>(core::team(static_cast <unsigned>(std::min <size_t>(threads, batch.size())))))
         for (size_t k = 0; k < batch.size(); ++k) {
           reader::ScopedDecodeThreads inner(1);  // thread_local: set on every team thread
           decode_one(i + k, *batch[k]);
@@ -260,7 +277,17 @@ Stream::~Stream() {
   if (impl_ && impl_->foreign()) (void)impl_.release();
 }
 std::optional<Stream::Item> Stream::next() {
-  return detail::at_boundary("", "", [&] { return impl_->next(); });
+  std::exception_ptr callers;
+  auto item = detail::at_boundary("", "", [&]() -> std::optional<Item> {
+    try {
+      return impl_->next();
+    } catch (const FromDestination& e) {  // not ours: past at_boundary, which would call it internal
+      callers = e.thrown;
+      return std::nullopt;
+    }
+  });
+  if (callers) std::rethrow_exception(callers);
+  return item;
 }
 size_t Stream::size() const noexcept { return impl_->order.size(); }
 uint64_t Stream::peak_held_bytes() const noexcept {

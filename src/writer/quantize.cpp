@@ -158,7 +158,7 @@ QParams compute_qparams(const float* w, uint64_t rows, uint64_t cols, DType d, c
                        a.strategy == QuantStrategy::tensor_group;
   if (per_row) {
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin) \
-    num_threads(static_cast <int>(core::team_size()))
+    num_threads(static_cast <int>(core::team(core::team_size())))
     for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r)
       for (uint64_t c = 0; c < cols; ++c) {
         const uint64_t i = scale_index(a, cols, static_cast<uint64_t>(r), c);
@@ -215,7 +215,7 @@ void quantize(const float* w, uint64_t rows, uint64_t cols, DType d, const Quant
   const bool fp8 = a.type == QuantType::float_ && a.num_bits == 8;
   const bool global = p.form == ScaleForm::e4m3_global;
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin) \
-    num_threads(static_cast <int>(core::team_size()))
+    num_threads(static_cast <int>(core::team(core::team_size())))
   for (int64_t rr = 0; rr < static_cast<int64_t>(rows); ++rr) {
     const uint64_t r = static_cast<uint64_t>(rr);
     for (uint64_t c = 0; c < cols; ++c) {
@@ -256,7 +256,7 @@ void dequantize(const uint8_t* codes, uint64_t rows, uint64_t cols, DType d, con
     return f32_from_bits(codecs::dequant_element(x, scale, has_zp, zp, /*exact_sub=*/false, s, DType::F32));
   };
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin) \
-    num_threads(static_cast <int>(core::team_size()))
+    num_threads(static_cast <int>(core::team(core::team_size())))
   for (int64_t rr = 0; rr < static_cast<int64_t>(rows); ++rr) {
     const uint64_t r = static_cast<uint64_t>(rr);
     for (uint64_t c = 0; c < cols; ++c) {

@@ -390,6 +390,12 @@ def test_tensors_names_repeated():
             assert torch.equal(t, ck.get(n))
 
 
+def test_thread_counts_past_the_cap_are_refused():
+    # threads=100000 made 2048 OS threads for one decode, kept for the life of the process
+    with pytest.raises(ValueError, match="at most 1024"):
+        ctstream.open(PACK, threads=100000)
+
+
 def test_tensors_go_on_after_a_tensor_fails():
     """A tensor whose decode raises raises at its place, and the iterator goes on with the next one,
     as the core's Stream does. Its buffer was left at the head of the iterator's queue: every later

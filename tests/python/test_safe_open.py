@@ -389,6 +389,16 @@ def test_empty_tensor_numpy_cannot_hold_is_a_ctstream_error(tmp_path):
             f.get_tensor("z")
 
 
+def test_a_directory_without_safetensors_is_an_oserror(tmp_path):
+    # safetensors raises OSError for a directory; ctstream opens one that holds a checkpoint, and
+    # one that holds none raised a NotFoundError (a KeyError), which `except OSError` missed
+    (tmp_path / "README.md").write_text("no weights here")
+    with pytest.raises(OSError):
+        ctstream.safe_open(str(tmp_path), framework="pt")
+    with pytest.raises(FileNotFoundError, match="holds no"):
+        ctstream.open(str(tmp_path))
+
+
 @pytest.mark.parametrize("rank", [65, 129])
 @pytest.mark.parametrize("fw", ["pt", "np"])
 def test_more_dims_than_numpy_holds_is_a_ctstream_error(tmp_path, rank, fw):

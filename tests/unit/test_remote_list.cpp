@@ -151,6 +151,6 @@ TEST_CASE("remote list: listing refusals keep the local error kinds", "[remote][
     CHECK_THAT(m, Catch::StartsWith(std::string("s3://bkt/") + name));
   }
   CHECK(th::error_kind([] { Checkpoint::open("s3://bkt/ck/listing/two_indexes"); }) == ErrorKind::invalid_header);
-  CHECK(th::error_kind([] { Checkpoint::open("s3://bkt/ck/listing/config_only"); }) == ErrorKind::not_found);
+  CHECK(th::error_kind([] { Checkpoint::open("s3://bkt/ck/listing/config_only"); }) == ErrorKind::file_not_found);
   CHECK(th::error_kind([] { Checkpoint::open("s3://bkt/ck/listing/absent"); }) == ErrorKind::file_not_found);
 }

@@ -10,12 +10,18 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
+#include "core/fork.hpp"
 #include "ctstream/ctstream.hpp"
 #include "helpers.hpp"
+#include "reader/internal.hpp"
 
 using namespace ctstream;
 namespace fs = std::filesystem;
@@ -133,6 +139,60 @@ TEST_CASE("Stream into caller-owned buffers, in a caller-given order", "[stream]
   CHECK_THROWS_AS(Stream(ck, so), Error);
 }
 
+TEST_CASE("thread counts past kMaxThreads are refused, not attempted", "[stream]") {
+  // 100000 made 2048 OS threads that stayed for the life of the process; where threads cannot be
+  // made (an address-space or pids limit), GNU OpenMP ended the process instead of failing.
+  th::TempDir tmp("stream_threads");
+  const fs::path p = write_model(tmp.path, {{"x", {64, 64}}});
+  OpenOptions o;
+  o.threads = kMaxThreads + 1;
+  try {
+    (void)Checkpoint::open(p, o);
+    FAIL("opened");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    CHECK(std::string(e.what()).find("at most 1024") != std::string::npos);
+  }
+  o.threads = kMaxThreads;
+  auto ck = Checkpoint::open(p, o);
+  StreamOptions so;
+  so.threads = 100000;
+  CHECK_THROWS_AS(Stream(ck, so), Error);
+  so.threads = 2;
+  Stream s(ck, so);
+  CHECK(s.next());
+}
+
+TEST_CASE("an exception the destination throws comes out of next() as thrown, and the stream goes on", "[stream]") {
+  // It came out as Error{internal} "internal error (please report): ...", blaming the library.
+  struct Refused : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  th::TempDir tmp("stream_dest");
+  auto ck = Checkpoint::open(write_model(tmp.path, {{"x", {64, 64}}, {"y", {16, 8}}, {"z", {128, 32}}}));
+  std::map<std::string, std::vector<std::byte>> params;
+  StreamOptions so;
+  so.destination = [&](const TensorInfo& t, uint64_t bytes) {
+    if (t.name == "y") throw Refused("no room for y");
+    params[t.name].resize(bytes);
+    return std::span<std::byte>(params[t.name]);
+  };
+  Stream s(ck, so);
+  std::vector<std::string> seen;
+  for (size_t i = 0; i < s.size(); ++i) {
+    try {
+      auto item = s.next();
+      REQUIRE(item);
+      seen.push_back(item->info->name);
+      CHECK(std::vector<std::byte>(item->data.begin(), item->data.end()) == direct(ck, *item->info, item->dtype));
+    } catch (const Refused& e) {
+      seen.push_back(std::string("refused: ") + e.what());
+    }
+  }
+  CHECK(!s.next());
+  CHECK(seen == std::vector<std::string>{"x", "refused: no room for y", "z"});
+}
+
 TEST_CASE("a decode error surfaces at its tensor and the stream goes on", "[stream]") {
   auto ck = Checkpoint::open(th::fixtures() / "ct" / "v012_marlin24_w4_g128_bf16");
   Stream s(ck);
@@ -220,6 +280,21 @@ TEST_CASE("a fork()ed child decodes on its own thread and refuses the parent's S
       code = code ? code : 22;
     }
     if (i != want.size()) code = code ? code : 23;
+    // This thread opened teams in the parent: here it opens none (team() is 1), and hands a
+    // decode's team to a fresh thread instead, so the rows still run on several threads.
+    if (!core::on_fork_survivor() || core::team(4) != 1) code = code ? code : 24;
+    std::set<std::thread::id> ran;
+    std::mutex ran_mu;
+    reader::parallel_for(64, 4, [&](size_t) {
+      std::lock_guard<std::mutex> lk(ran_mu);
+      ran.insert(std::this_thread::get_id());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    if (ran.size() < 2 || ran.count(std::this_thread::get_id())) code = code ? code : 25;
+    std::thread other([&] {  // a thread made in the child is no survivor
+      if (core::on_fork_survivor() || core::team(4) != 4) code = code ? code : 26;
+    });
+    other.join();
     ::_exit(code);  // the parent's Stream is left alone (its destructor, run here, would leak it)
   }
   const std::optional<int> status = wait_child(child, 120);

@@ -103,7 +103,8 @@ ctstream::OpenOptions open_options(const Args& a) {
   ctstream::OpenOptions o;
   if (a.has("--pread")) o.io = ctstream::IoMode::pread;
   if (a.has("--stored-factors")) o.low_rank = ctstream::LowRank::stored;
-  if (a.has("--threads")) o.threads = static_cast<unsigned>(parse_uint("--threads", a.get("--threads"), 0, 1024));
+  if (a.has("--threads"))
+    o.threads = static_cast<unsigned>(parse_uint("--threads", a.get("--threads"), 0, ctstream::kMaxThreads));
   if (a.has("--module-classes")) {
     // {"model.layers.0.mlp.up_proj": ["Linear", "Module"], ...}: type(m).__mro__ names per module.
     o.module_classes = ctstream::module_classes_from_file(a.get("--module-classes"), o.max_json_bytes);

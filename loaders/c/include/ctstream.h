@@ -128,7 +128,7 @@ typedef struct ctstream_open_options {
   uint32_t struct_size;      /**< the caller's sizeof(ctstream_open_options), set by _init */
   ctstream_io_mode io;       /**< mmap (default) or pread (network filesystems) */
   ctstream_order order;      /**< iteration order of ctstream_tensor_at */
-  uint32_t threads;          /**< threads used to decode one large tensor; 0 = all cores */
+  uint32_t threads;          /**< threads used to decode one large tensor; 0 = all cores; at most 1024 */
   uint64_t max_header_bytes; /**< largest safetensors JSON header accepted */
   uint64_t max_json_bytes;   /**< largest index / config.json accepted */
   /** A low-rank checkpoint (ptdeco decompose_config.json): 0 (default) presents the original
