@@ -4,7 +4,6 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <atomic>
 #include <exception>
 #include <system_error>
 #include <thread>
@@ -12,24 +11,17 @@
 namespace ctstream::core {
 namespace {
 
-std::atomic<bool> g_forked{false};
 thread_local bool t_survivor = false;
 
 // Registered when the library is loaded (this file is linked into every program that decodes:
 // Checkpoint and Stream take their thread counts from here), so a fork at any later point is
-// seen. The child handler runs on the child's one thread, the survivor, and only stores flags:
-// async-signal-safe.
-const int g_registered = ::pthread_atfork(nullptr, nullptr, [] {
-  g_forked.store(true, std::memory_order_relaxed);
-  t_survivor = true;
-});
+// seen. The child handler runs on the child's one thread, the survivor, and only stores a flag;
+// the prepare handler touches that flag on the forking thread first, so that its thread-local
+// block exists before the fork (a first access from a shared library may allocate it).
+const int g_registered = ::pthread_atfork([] { *static_cast<volatile bool*>(&t_survivor) = t_survivor; }, nullptr,
+                                          [] { t_survivor = true; });
 
 }  // namespace
-
-bool in_forked_child() noexcept {
-  (void)g_registered;
-  return g_forked.load(std::memory_order_relaxed);
-}
 
 bool on_fork_survivor() noexcept {
   (void)g_registered;

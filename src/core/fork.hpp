@@ -13,9 +13,6 @@
 
 namespace ctstream::core {
 
-/// True in a process fork()ed from one that had ctstream loaded.
-bool in_forked_child() noexcept;
-
 /// True on the thread a fork()ed child started with (see above).
 bool on_fork_survivor() noexcept;
 

@@ -11,8 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/fork.hpp"
-
 namespace ctstream::io {
 
 struct ReadAhead::State {
@@ -32,7 +30,8 @@ struct ReadAhead::State {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> advised_bytes{0};
   std::thread worker;
-  pid_t owner_pid = 0;  // the process that started the worker
+  pid_t owner_pid = 0;               // the process that started the worker
+  const pid_t creator = ::getpid();  // a fork()ed child's copy advises nothing (see read_ahead.hpp)
 };
 
 ReadAhead::ReadAhead() : s_(std::make_unique<State>()) {}
@@ -54,7 +53,7 @@ ReadAhead::~ReadAhead() {
 
 void ReadAhead::advise(const File& f, uint32_t index, uint64_t from, uint64_t to) noexcept {
   to = std::min(to, f.size());
-  if (f.mode() == Mode::remote || to <= from || core::in_forked_child()) return;
+  if (f.mode() == Mode::remote || to <= from || s_->creator != ::getpid()) return;
   State& st = *s_;
   try {
     std::lock_guard<std::mutex> lk(st.mu);

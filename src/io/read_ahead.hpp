@@ -7,7 +7,8 @@
 // costs CPU time that would otherwise be the decoding threads', and several threads' interleaved
 // preads defeat the kernel's own per-file sequential detection. Bytes already advised (the last
 // kKeptIntervals merged intervals per file) are not advised again. Remote files fetch ahead
-// themselves (io::RemoteFile::will_need); in a fork()ed child nothing is advised (no thread).
+// themselves (io::RemoteFile::will_need). A ReadAhead made before a fork() advises nothing in the
+// child (its worker thread is the parent's); one made in the child advises as usual.
 #pragma once
 #include <cstdint>
 #include <memory>

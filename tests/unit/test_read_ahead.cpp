@@ -100,8 +100,8 @@ TEST_CASE("read-ahead: a Stream's own order is read ahead, whatever it is (the s
 }
 
 TEST_CASE(
-    "read-ahead: a fork()ed child decodes without advice and closes the checkpoint without joining the "
-    "parent's worker",
+    "read-ahead: a fork()ed child decodes the parent's checkpoint without advice and closes it without joining "
+    "the parent's worker; one it opens advises",
     "[read_ahead][fork]") {
   const auto dir = th::fixtures() / "ct" / "v020_pack_w4_g32_sym_bf16";
   std::vector<std::vector<std::byte>> want;
@@ -127,6 +127,16 @@ TEST_CASE(
     }
     if (advised(*ck) != before) code = code ? code : 21;  // no advice (and no thread) in a child
     ck.reset();                                           // ~ReadAhead: must neither join nor hang
+    {  // a checkpoint opened in the child has a read-ahead of its own, which advises
+      auto mine = Checkpoint::open(dir);
+      i = 0;
+      for (const TensorInfo& t : mine.tensors()) {
+        std::vector<std::byte> got(mine.output_bytes(t, t.dtype));
+        mine.decode_into(t, got, t.dtype);
+        if (got != want[i++]) code = code ? code : 22;
+      }
+      if (advised(mine) == 0) code = code ? code : 23;
+    }
     ::_exit(code);
   }
   int status = 0;
