@@ -16,8 +16,13 @@
 namespace ctstream::format {
 namespace {
 
-bool ends_with(const std::string& s, std::string_view suf) {
-  return s.size() > suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+// The module of `key` as a part of role `role` (`<module>.<role>`).
+std::optional<std::string> module_of(std::string_view key, Role role) {
+  const std::string_view suffix = role_name(role);
+  if (key.size() > suffix.size() + 1 && key.substr(key.size() - suffix.size()) == suffix &&
+      key[key.size() - suffix.size() - 1] == '.')
+    return std::string(key.substr(0, key.size() - suffix.size() - 1));
+  return std::nullopt;
 }
 
 // The stored entries of one module, by role (`<module>.<role>`; sparse formats drop `.weight`).
@@ -368,14 +373,9 @@ TensorInfo Grouper::build_module(const std::string& p, const Module& m, Format f
 std::vector<TensorInfo> Grouper::run() {
   std::map<std::string, Module> mods;
   if (s_.present)
-    for (const auto& r : raw_) {
-      for (Role role : kAllRoles) {
-        const std::string_view suffix = role_name(role);
-        if (r.key.size() > suffix.size() + 1 && ends_with(r.key, suffix) &&
-            r.key[r.key.size() - suffix.size() - 1] == '.')
-          mods[r.key.substr(0, r.key.size() - suffix.size() - 1)].parts[role] = &r;
-      }
-    }
+    for (const auto& r : raw_)
+      for (Role role : kAllRoles)
+        if (const auto m = module_of(r.key, role)) mods[*m].parts[role] = &r;
   std::set<const RawTensor*> used;
   std::vector<TensorInfo> out;
   for (const auto& [p, m] : mods)
@@ -398,6 +398,12 @@ std::vector<TensorInfo> Grouper::run() {
 }
 
 }  // namespace
+
+std::optional<std::string> module_of_key(std::string_view key) {
+  for (Role role : kAllRoles)
+    if (auto m = module_of(key, role)) return m;
+  return std::nullopt;
+}
 
 std::vector<TensorInfo> group_tensors(const std::vector<RawTensor>& raw, const std::string& config_json,
                                       const std::string& config_file, const SmallReader& read_small,

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct ConfigUse {
   bool compressed_tensors = false;
   std::string description;
 };
+
+/// The module a stored key is a part of (`<module>.<role>`, any role of kAllRoles), or nullopt:
+/// the one rule by which group_tensors puts a module's parts together.
+std::optional<std::string> module_of_key(std::string_view key);
 
 /// Groups entries (in file order) into logical tensors, as far as config.json describes them: with
 /// no compressed-tensors config (`config_json` empty, or a config of another quant_method) every

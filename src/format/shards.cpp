@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <system_error>
 
 #include "ctstream/error.hpp"
 #include "format/file_names.hpp"
+#include "format/grouping.hpp"
 #include "format/json.hpp"
 #include "io/file.hpp"
 
@@ -146,7 +150,56 @@ void fill_from_index(ShardSet& lay, std::string_view text,
     lay.weight_map.emplace(it.key(), shard_ids.at(names[i]));
 }
 
-ShardSet discover_shards(const fs::path& path, uint64_t max_json) {
+namespace {
+// `lay` holds one file, `path`: where an index beside it names that file, the shards holding the
+// other parts of its modules join it (ShardSet::one_shard). Several indexes, none, or one that
+// does not name the file: the file alone, as before.
+void add_sibling_shards(ShardSet& lay, const fs::path& path, uint64_t max_json) {
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  fs::path index;
+  try {
+    index = find_index(dir);
+  } catch (const Error&) {  // several: which one this file belongs to is not said
+    return;
+  }
+  if (index.empty()) return;
+  ShardSet full;
+  full.index_path = index;
+  // Shards are not probed here: those this file needs are opened (and must exist), the others
+  // never are (one shard of a partly downloaded model opens as before).
+  const std::string text = io::read_small_file(index, max_json, &full.index_id);
+  fill_from_index(full, text, [&](const std::string& shard) { return dir / shard; });
+  std::optional<uint32_t> mine;
+  for (uint32_t i = 0; i < full.files.size() && !mine; ++i) {
+    std::error_code ec;
+    if (fs::equivalent(full.files[i], path, ec)) mine = i;
+  }
+  if (!mine) return;
+  std::set<std::string> modules;
+  for (const auto& [key, fi] : full.weight_map)
+    if (fi == *mine)
+      if (auto m = module_of_key(key)) modules.insert(std::move(*m));
+  std::map<uint32_t, uint32_t> renumber{{*mine, 0}};
+  for (const auto& [key, fi] : full.weight_map)
+    if (fi != *mine && !renumber.count(fi))
+      if (const auto m = module_of_key(key); m && modules.count(*m)) renumber.emplace(fi, 0);
+  lay.files = {path};
+  for (auto& [fi, to] : renumber)
+    if (fi != *mine) {
+      to = static_cast<uint32_t>(lay.files.size());
+      lay.files.push_back(full.files[fi]);
+    }
+  for (const auto& [key, fi] : full.weight_map)
+    if (const auto it = renumber.find(fi); it != renumber.end()) lay.weight_map.emplace(key, it->second);
+  lay.index_path = full.index_path;
+  lay.index_id = full.index_id;
+  lay.one_shard = true;
+  lay.modules = std::move(modules);
+}
+
+}  // namespace
+
+ShardSet discover_shards(const fs::path& path, uint64_t max_json, bool siblings) {
   ShardSet lay;
   std::error_code ec;
   auto st = fs::status(path, ec);
@@ -157,6 +210,7 @@ ShardSet discover_shards(const fs::path& path, uint64_t max_json) {
     fs::path cfg = path.parent_path().empty() ? fs::path(kConfigName) : path.parent_path() / kConfigName;
     lay.config_path = optional_file(cfg, kConfigName);
     lay.decompose_path = optional_file(cfg.parent_path() / kDecomposeConfigName, kDecomposeConfigName);
+    if (siblings) add_sibling_shards(lay, path, max_json);
     return lay;
   }
   if (!fs::is_directory(st)) throw Error(ErrorKind::io, path.string(), "", "neither a file nor a directory");

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,11 +21,19 @@ struct ShardSet {
   std::map<std::string, uint32_t> weight_map;  ///< tensor key -> index into files (index only)
   std::filesystem::path config_path;           ///< config.json beside the files, empty if none
   std::filesystem::path decompose_path;        ///< decompose_config.json (low_rank.hpp), empty if none
+  /// A file opened on its own that an index beside it names (a shard of a saved model): files[0]
+  /// is that file, the other files hold the rest of its modules' parts (a save that cut a module
+  /// between shards), and `modules` names those modules. Of the other files only those modules'
+  /// entries count, and only the tensors whose values (parts[0]) are in files[0] are its own.
+  bool one_shard = false;
+  std::set<std::string> modules;
 };
 
 /// Finds the files of the checkpoint at `path`. Shard names from an index must stay inside the
-/// directory (no absolute paths, no `..`) and must exist. Throws ctstream::Error.
-ShardSet discover_shards(const std::filesystem::path& path, uint64_t max_json_bytes);
+/// directory (no absolute paths, no `..`) and must exist. A file that an index beside it names
+/// (`siblings`) brings the shards holding the rest of its modules' parts (ShardSet::one_shard).
+/// Throws ctstream::Error.
+ShardSet discover_shards(const std::filesystem::path& path, uint64_t max_json_bytes, bool siblings = true);
 
 /// The shards of an index (`*.safetensors.index.json` text; lay.index_path names it in errors):
 /// every shard name contained (Error{invalid_shard}), `resolve(name)` gives its path, or an empty

@@ -170,12 +170,12 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   const bool remote = io::is_remote_url(path.native());  // before any std::filesystem call
 #ifdef CTSTREAM_HAVE_REMOTE
   format::ShardSet lay = remote ? format::discover_remote_shards(path.native(), options.max_json_bytes)
-                                : format::discover_shards(path, options.max_json_bytes);
+                                : format::discover_shards(path, options.max_json_bytes, options.sibling_shards);
 #else
   if (remote)
     throw Error(ErrorKind::unsupported, path.native(), "",
                 "s3:// and http(s):// checkpoints need a build with -DCTSTREAM_REMOTE=ON (and libcurl)");
-  format::ShardSet lay = format::discover_shards(path, options.max_json_bytes);
+  format::ShardSet lay = format::discover_shards(path, options.max_json_bytes, options.sibling_shards);
 #endif
   ck->paths = lay.files;
   ck->remote = remote;
@@ -188,6 +188,12 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   }
   std::vector<format::RawTensor> raw = read_headers(*ck, lay, remote);
   for (const auto& f : ck->files) add_source(f->identity());
+  if (lay.one_shard)  // of the other shards, the parts of this file's modules only
+    std::erase_if(raw, [&](const format::RawTensor& r) {
+      if (r.file == 0) return false;
+      const auto m = format::module_of_key(r.key);
+      return !m || !lay.modules.count(*m);
+    });
   Impl& impl = *ck;
   format::ConfigUse use;
   ck->tensors = format::group_tensors(
@@ -225,6 +231,8 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
       const auto& pb = b.parts.front();
       return std::tie(pa.file, pa.offset) < std::tie(pb.file, pb.offset);
     });
+  if (lay.one_shard)  // a tensor whose values another shard stores is that shard's
+    std::erase_if(ck->tensors, [](const TensorInfo& t) { return t.parts.front().file != 0; });
   for (size_t i = 0; i < ck->tensors.size(); ++i) ck->by_name.emplace(ck->tensors[i].name, i);
   ck->plans.reserve(ck->tensors.size());
   for (const auto& t : ck->tensors) ck->plans.push_back(reader::make_plan(t));

@@ -13,6 +13,7 @@
 import json
 import os
 import random
+import shutil
 import struct
 
 import numpy as np
@@ -500,3 +501,67 @@ def test_a_closed_handle_enters_as_safetensors(tmp_path):
         with f:  # entering again is allowed; its calls fail
             with pytest.raises(SafetensorError, match="File is closed"):
                 f.keys()
+
+
+def test_one_shard_of_a_model_whose_modules_were_cut_between_shards(tmp_path):
+    # transformers' save_pretrained with a small max_shard_size may store a module's weight_packed
+    # in one shard and its weight_scale in the next. Opening shard 1 alone failed ("no
+    # 'weight_scale' part"), and shard 2 listed the orphan scale as a plain tensor: per-shard loaders
+    # (`for f in shards: with safe_open(f) ...`, as vLLM's and transformers') broke. Each shard now
+    # lists the tensors whose values it stores, reading cut modules' other parts from the index's
+    # sibling shards, so the shards together list every tensor once.
+    from safetensors.torch import save_file, load_file
+    import safetensors
+    g = torch.Generator().manual_seed(3)
+    sd = {f"model.layers.{i}.mlp.proj.weight": torch.randn(64, 128, generator=g).to(torch.bfloat16) for i in range(3)}
+    sd["model.norm.weight"] = torch.randn(128, generator=g).to(torch.bfloat16)
+    src = tmp_path / "whole"
+    ctstream.save_file(sd, src, format="pack-quantized", group_size=32)
+    stored = {}
+    for f in src.glob("*.safetensors"):
+        stored.update(load_file(str(f)))
+    # shard 1: layer 0 without its scale, layer 1's scale; shard 2: everything else
+    one = {k: v for k, v in stored.items()
+           if (k.startswith("model.layers.0.") and not k.endswith("weight_scale")) or k == "model.layers.1.mlp.proj.weight_scale"}
+    two = {k: v for k, v in stored.items() if k not in one}
+    out = tmp_path / "cut"
+    out.mkdir()
+    names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    save_file(one, str(out / names[0]), metadata={"format": "pt"})
+    save_file(two, str(out / names[1]), metadata={"format": "pt"})
+    (out / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {**{k: names[0] for k in one}, **{k: names[1] for k in two}}}))
+    shutil.copy(src / "config.json", out / "config.json")
+    whole = ctstream.open(str(out))
+    listed = []
+    for n in names:
+        with ctstream.safe_open(str(out / n), framework="pt") as f:
+            listed += f.keys()
+            for k in f.keys():
+                assert torch.equal(f.get_tensor(k), whole.get(k)), (n, k)
+            with safetensors.safe_open(str(out / n), framework="pt") as ref:
+                assert f.metadata() == ref.metadata()  # this file's, not a sibling's
+    assert sorted(listed) == sorted(whole.keys())  # each tensor once
+    assert "model.layers.0.mlp.proj.weight" in ctstream.safe_open(str(out / names[0]), framework="pt").keys()
+    assert "model.layers.1.mlp.proj.weight" not in ctstream.safe_open(str(out / names[0]), framework="pt").keys()
+    # one shard of a partly downloaded model: the index names a shard that is not there, which
+    # this one does not need (its modules are whole) -- and one that needs it names it
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    a = {k: v for k, v in stored.items() if k.startswith(("model.layers.2.", "model.norm."))}
+    b = {k: v for k, v in stored.items() if k not in a}
+    b_cut = {k: v for k, v in b.items() if not k.startswith("model.layers.1.") or k.endswith("weight_packed")}
+    save_file(a, str(partial / names[0]), metadata={"format": "pt"})
+    save_file(b_cut, str(partial / names[1]), metadata={"format": "pt"})
+    (partial / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
+        **{k: names[0] for k in a}, **{k: names[1] for k in b_cut},
+        **{k: "model-00003-of-00003.safetensors" for k in b if k not in b_cut}}}))
+    shutil.copy(src / "config.json", partial / "config.json")
+    with ctstream.safe_open(str(partial / names[0]), framework="pt") as f:
+        assert f.keys() == ["model.layers.2.mlp.proj.weight", "model.norm.weight"]
+        assert torch.equal(f.get_tensor("model.norm.weight"), whole.get("model.norm.weight"))
+    with pytest.raises(ctstream.Error, match="model-00003-of-00003"):
+        ctstream.safe_open(str(partial / names[1]), framework="pt")
+    # the file alone, as asked (and as safe_open(packed=True) reads a shard: its own entries)
+    with pytest.raises(ctstream.Error, match="weight_scale"):
+        ctstream.open(str(out / names[0]), sibling_shards=False)

@@ -151,6 +151,10 @@ class safe_open:  # noqa: N801 - the name safetensors uses
     backend: "mmap" (default) or "pread" (positional reads, for network filesystems).
     packed: on a compressed-tensors checkpoint, the stored entries (``weight_packed``, ...) under
         their own names instead of the decoded logical tensors.
+
+    One shard of a saved model (a file that the index beside it names) lists the tensors whose
+    values it stores; a module the save cut between shards reads its other parts from them, so
+    opening every shard in turn yields each tensor once. ``packed`` reads the file alone.
     """
 
     def __init__(self, filename, framework, device: Any = "cpu", *, backend: str = "mmap", packed: bool = False):
@@ -173,7 +177,9 @@ class safe_open:  # noqa: N801 - the name safetensors uses
         self._path = os.fspath(filename)
         try:
             # packed: every stored entry under its own key, a low-rank module's factors included
-            self._ck = _checkpoint.open(self._path, io=backend, framework=fw, low_rank="stored" if packed else "original")
+            # (packed: this file's entries, as safetensors lists them, none from sibling shards)
+            self._ck = _checkpoint.open(self._path, io=backend, framework=fw, low_rank="stored" if packed else "original",
+                                        sibling_shards=not packed)
         except _errors.FileNotFoundError:
             raise _builtin_error(builtins.FileNotFoundError, f"No such file or directory: {self._path}") from None
         except Error as e:
