@@ -8,6 +8,8 @@
 #include <system_error>
 #include <thread>
 
+#include "ctstream/checkpoint.hpp"
+
 namespace ctstream::core {
 namespace {
 
@@ -29,7 +31,8 @@ bool on_fork_survivor() noexcept {
 }
 
 unsigned team_size(unsigned wanted) noexcept {
-  return wanted ? wanted : static_cast<unsigned>(std::max(1, omp_get_max_threads()));
+  if (wanted) return wanted;  // OpenOptions / StreamOptions keep it within kMaxThreads
+  return std::min(kMaxThreads, static_cast<unsigned>(std::max(1, omp_get_max_threads())));  // OMP_NUM_THREADS
 }
 
 unsigned team(unsigned n) noexcept { return on_fork_survivor() ? 1 : n; }

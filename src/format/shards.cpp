@@ -14,6 +14,7 @@
 #include "format/file_names.hpp"
 #include "format/grouping.hpp"
 #include "format/json.hpp"
+#include "format/scheme.hpp"
 #include "io/file.hpp"
 
 namespace fs = std::filesystem;
@@ -151,24 +152,26 @@ void fill_from_index(ShardSet& lay, std::string_view text,
 }
 
 namespace {
-// `lay` holds one file, `path`: where an index beside it names that file, the shards holding the
-// other parts of its modules join it (ShardSet::one_shard). Several indexes, none, or one that
-// does not name the file: the file alone, as before.
+// `lay` holds one file, `path`, of a compressed-tensors checkpoint (its config.json says so: only
+// then are parts grouped): where an index beside it names that file, the shards holding the other
+// parts of its modules join it (ShardSet::one_shard). No config of that kind, an index that cannot
+// be read or does not name the file, several indexes: the file alone, as before -- the index is
+// not the file asked for, and the file alone still refuses a module it holds only part of.
 void add_sibling_shards(ShardSet& lay, const fs::path& path, uint64_t max_json) {
+  if (lay.config_path.empty()) return;
   const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  fs::path index;
+  ShardSet full;
   try {
-    index = find_index(dir);
-  } catch (const Error&) {  // several: which one this file belongs to is not said
+    if (!parse_scheme(io::read_small_file(lay.config_path, max_json), lay.config_path.string()).present) return;
+    full.index_path = find_index(dir);
+    if (full.index_path.empty()) return;
+    // Shards are not probed here: only those this file needs must exist (one shard of a partly
+    // downloaded model opens as before).
+    const std::string text = io::read_small_file(full.index_path, max_json, &full.index_id);
+    fill_from_index(full, text, [&](const std::string& shard) { return dir / shard; });
+  } catch (const Error&) {  // the open reports a bad config itself; a bad index: the file alone
     return;
   }
-  if (index.empty()) return;
-  ShardSet full;
-  full.index_path = index;
-  // Shards are not probed here: those this file needs are opened (and must exist), the others
-  // never are (one shard of a partly downloaded model opens as before).
-  const std::string text = io::read_small_file(index, max_json, &full.index_id);
-  fill_from_index(full, text, [&](const std::string& shard) { return dir / shard; });
   std::optional<uint32_t> mine;
   for (uint32_t i = 0; i < full.files.size() && !mine; ++i) {
     std::error_code ec;
@@ -179,18 +182,28 @@ void add_sibling_shards(ShardSet& lay, const fs::path& path, uint64_t max_json) 
   for (const auto& [key, fi] : full.weight_map)
     if (fi == *mine)
       if (auto m = module_of_key(key)) modules.insert(std::move(*m));
-  std::map<uint32_t, uint32_t> renumber{{*mine, 0}};
-  for (const auto& [key, fi] : full.weight_map)
-    if (fi != *mine && !renumber.count(fi))
-      if (const auto m = module_of_key(key); m && modules.count(*m)) renumber.emplace(fi, 0);
-  lay.files = {path};
-  for (auto& [fi, to] : renumber)
-    if (fi != *mine) {
-      to = static_cast<uint32_t>(lay.files.size());
-      lay.files.push_back(full.files[fi]);
+  // The other shards holding parts of those modules; only their entries of those modules are
+  // checked against the index (read_headers), the file asked for is taken as it is.
+  std::map<uint32_t, uint32_t> renumber;
+  std::map<std::string, uint32_t> checked;
+  for (const auto& [key, fi] : full.weight_map) {
+    if (fi == *mine) continue;
+    const auto m = module_of_key(key);
+    if (!m || !modules.count(*m)) continue;
+    if (!renumber.count(fi)) {
+      std::error_code ec;
+      if (!fs::is_regular_file(full.files[fi], ec))
+        throw Error(ErrorKind::missing_shard, full.index_path.string(), key,
+                    "shard '" + full.files[fi].filename().string() + "' that the index names for '" + key +
+                        "' does not exist: it holds parts of module '" + *m + "', whose other parts " +
+                        path.filename().string() + " stores (open the file alone: sibling_shards = false)");
+      renumber.emplace(fi, static_cast<uint32_t>(renumber.size() + 1));
     }
-  for (const auto& [key, fi] : full.weight_map)
-    if (const auto it = renumber.find(fi); it != renumber.end()) lay.weight_map.emplace(key, it->second);
+    checked.emplace(key, renumber.at(fi));
+  }
+  lay.files.resize(renumber.size() + 1);  // files[0] stays `path`
+  for (const auto& [fi, to] : renumber) lay.files[to] = full.files[fi];
+  lay.weight_map = std::move(checked);
   lay.index_path = full.index_path;
   lay.index_id = full.index_id;
   lay.one_shard = true;

@@ -30,7 +30,6 @@ struct ReadAhead::State {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> advised_bytes{0};
   std::thread worker;
-  pid_t owner_pid = 0;               // the process that started the worker
   const pid_t creator = ::getpid();  // a fork()ed child's copy advises nothing (see read_ahead.hpp)
 };
 
@@ -39,8 +38,10 @@ ReadAhead::ReadAhead() : s_(std::make_unique<State>()) {}
 uint64_t ReadAhead::advised_bytes() const noexcept { return s_->advised_bytes.load(std::memory_order_relaxed); }
 
 ReadAhead::~ReadAhead() {
-  if (s_->worker.joinable() && ::getpid() != s_->owner_pid) {
-    (void)s_.release();  // a fork()ed child: the parent's thread does not exist here (see State)
+  if (s_->creator != ::getpid()) {
+    // A fork()ed child's copy: the parent's thread does not exist here, and a parent thread may
+    // have held the lock at the fork (see State). Left as it is.
+    (void)s_.release();
     return;
   }
   {
@@ -94,7 +95,6 @@ void ReadAhead::advise(const File& f, uint32_t index, uint64_t from, uint64_t to
     while (st.jobs.size() > 64) st.jobs.pop_front();  // the decodes outran the disk: keep the nearest
     if (!st.worker.joinable()) {
       st.worker = std::thread([&st] { run(st); });
-      st.owner_pid = ::getpid();
     }
   } catch (...) {  // no thread or no memory: the decode reads without advice
     return;

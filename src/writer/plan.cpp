@@ -60,8 +60,10 @@ Resolved resolve(const CompressOptions& o) {
   switch (o.format) {
     case Format::dense: r.scheme = o.dtype ? "dense " + std::string(dtype_name(*o.dtype)) : "dense copy"; return r;
     case Format::low_rank:
+      // energy first: a NaN or negative one is not "unset" (it is neither > 0 nor 0)
+      if (o.energy != 0 && !(o.energy > 0 && o.energy <= 1.0))
+        bad("low-rank: energy must be a fraction in (0, 1]; got " + std::to_string(o.energy));
       if ((o.rank > 0) == (o.energy > 0)) bad("low-rank: give exactly one of rank and energy");
-      if (o.energy > 0 && !(o.energy <= 1.0)) bad("low-rank: energy must be in (0, 1]");
       r.rank = o.rank;
       r.energy = o.energy;
       r.scheme = o.rank ? "rank " + std::to_string(o.rank) : "energy " + std::to_string(o.energy);

@@ -285,6 +285,13 @@ def test_writer_refuses(dense_net, tmp_path):
                  ["--format", "low-rank", "--energy", "1.5"], ["--format", "int-quantized", "--rank", "4"]):
         r = subprocess.run([CT, "compress", str(d), str(tmp_path / "x"), *args], capture_output=True, text=True)
         assert r.returncode != 0 and not (tmp_path / "x").exists(), args
+    # the reason given is the value's own (both said "give exactly one of rank and energy")
+    for args, why in ((["--energy", "nan"], "energy must be a fraction in (0, 1]"),
+                      (["--energy", "-0.5"], "energy must be a fraction in (0, 1]"),
+                      (["--rank", "0"], "--rank")):
+        r = subprocess.run([CT, "compress", str(d), str(tmp_path / "x"), "--format", "low-rank", *args],
+                           capture_output=True, text=True)
+        assert r.returncode != 0 and why in r.stderr and not (tmp_path / "x").exists(), (args, r.stderr)
     lr = tmp_path / "lr"
     _compress(d, lr, "--rank", "4")
     r = subprocess.run([CT, "compress", str(lr), str(tmp_path / "y"), "--format", "low-rank", "--rank", "2"],

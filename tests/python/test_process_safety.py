@@ -325,3 +325,62 @@ def test_interpreter_exit_with_a_daemon_thread_inside_ctstream(plain_big, how):
     for delay in (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2):
         r = _run(code, how, plain_big, delay)
         assert r.stdout == "exiting\n", r.stdout
+
+
+def test_interpreter_exit_when_a_callback_calls_ctstream_again(plain_big, tmp_path):
+    # The atexit hook waits for the calls in flight; a call made from inside one of them (a
+    # writer's progress callback decoding) must go on, or the outer call never returns and the
+    # exit hangs. An atexit handler registered before ctstream was imported runs after its hook,
+    # on the main thread, and may still call ctstream.
+    code = """
+        import atexit, sys, threading, time
+        sys.modules["torch"] = None
+        path, out = sys.argv[1], sys.argv[2]
+        done = []
+        atexit.register(lambda: done.append(float(ctstream.open(path).get("t3")[0, 0])) or print("late", done[0] == 3.0, flush=True))
+        import numpy as np, ctstream
+        ck = ctstream.open(path, framework="np", threads=1)
+        def progress(d):
+            ck.get("t1")
+        def loop():
+            while True:
+                ctstream.compress(path, out, format="int-quantized", overwrite=True, progress=progress)
+        threading.Thread(target=loop, daemon=True).start()
+        time.sleep(float(sys.argv[3]))
+        print("exiting", flush=True)
+        """
+    for delay in (0.05, 0.3):
+        r = _run(code, plain_big, tmp_path / "out", delay, timeout=120)
+        assert r.stdout == "exiting\nlate True\n", r.stdout
+
+
+def test_a_forked_child_exits_after_its_parent_was_inside_ctstream(plain_big):
+    # The exit counts are copied into a child: a fork while another thread was inside a decode
+    # left the child's count at 1 for a thread it does not have, and its exit waited forever.
+    r = _run("""
+        import os, sys, threading, time
+        sys.modules["torch"] = None
+        import numpy as np, ctstream
+        ck = ctstream.open(sys.argv[1], framework="np", threads=1)
+        stop = []
+        buf = np.empty((2048, 1024), np.float32)
+        def loop():  # into its own buffer: making arrays imports numpy each time (nanobind), and
+            while not stop:  # a fork while another thread holds an import lock hangs the child
+                for k in ck.keys():
+                    ck.get(k, out=buf)
+        t = threading.Thread(target=loop)
+        t.start()
+        time.sleep(0.05)
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:  # a normal exit: atexit handlers, the hook among them, run
+                ck2 = ctstream.open(sys.argv[1], framework="np")
+                assert float(ck2.get("t2")[0, 0]) == 2.0
+                sys.exit(0)
+            _, st = os.waitpid(pid, 0)
+            assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0, st
+        stop.append(1)
+        t.join()
+        print("ok")
+        """, plain_big, timeout=120)
+    assert r.stdout == "ok\n"

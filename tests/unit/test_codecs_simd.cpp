@@ -739,7 +739,7 @@ TEST_CASE("Fused E4M3 dequant with power-of-two scales (mxfp8's E8M0): each SIMD
   std::vector<uint8_t> codes(1000);
   for (size_t j = 0; j < codes.size(); ++j) codes[j] = static_cast<uint8_t>(j < 512 ? j * 37 : rng());
   int calls = 0;
-  for (size_t cols : {size_t(1000), size_t(992), size_t(64)})
+  for (size_t cols : {size_t(1000), size_t(992), size_t(970), size_t(64), size_t(20)})
     for (uint64_t gs : {uint64_t(32), uint64_t(64), uint64_t(96), uint64_t(480)}) {
       const size_t groups = (cols + gs - 1) / gs;
       std::vector<std::vector<float>> rows;

@@ -136,7 +136,7 @@ ctstream::CompressOptions options_from(const Args& a, std::vector<std::string> t
     throw std::invalid_argument("--asymmetric and --symmetric exclude each other");
   opt.symmetric = !a.has("--asymmetric");
   if (a.has("--dtype")) opt.dtype = parse_dtype(a.get("--dtype"));
-  if (a.has("--rank")) opt.rank = parse_uint("--rank", a.get("--rank"));
+  if (a.has("--rank")) opt.rank = parse_uint("--rank", a.get("--rank"), 1);  // 0 would mean "not given"
   if (a.has("--energy")) {
     const std::string e = a.get("--energy");
     size_t pos = 0;

@@ -54,7 +54,7 @@
 extern "C" {
 #endif
 
-#define CTSTREAM_C_ABI_VERSION 4
+#define CTSTREAM_C_ABI_VERSION 5
 
 /** Result of every fallible call. The non-zero values mirror ctstream::ErrorKind, plus the last
  *  two for faults that only the C boundary has. */
@@ -78,7 +78,9 @@ typedef enum ctstream_status {
   CTSTREAM_ERR_CORRUPT_TENSOR = 16,   /**< a compressed tensor's parts contradict each other */
   CTSTREAM_ERR_OUT_OF_MEMORY = 17,    /**< an allocation failed */
   CTSTREAM_ERR_INTERNAL = 18,         /**< any other failure (a bug: please report it) */
-  CTSTREAM_ERR_FILE_NOT_FOUND = 19    /**< the path to open does not exist (ABI version 2) */
+  CTSTREAM_ERR_FILE_NOT_FOUND = 19    /**< the path to open does not exist (ABI version 2), or holds no checkpoint: a
+                                            directory or prefix with no *.safetensors and no index (ABI version 5;
+                                            CTSTREAM_ERR_NOT_FOUND before) */
 } ctstream_status;
 
 /** Element types; same order and names as safetensors (and ctstream::DType). */

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -31,6 +32,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "binding.hpp"
@@ -79,26 +81,44 @@ void set_error(const std::string& kind, const std::string& message, const std::s
 namespace {
 std::mutex g_exit_mu;
 std::condition_variable g_exit_cv;
-bool g_exiting = false;  // the atexit hook has run
+bool g_exiting = false;         // the atexit hook has run
+std::thread::id g_exit_thread;  // ... on this thread, which never parks (later atexit handlers run there)
 unsigned g_in_calls = 0;
+thread_local unsigned t_depth = 0;  // this thread's InCalls (a callback may call ctstream again)
 [[noreturn]] void park() noexcept {
   for (;;) pause();
 }
+// fork(): the child has the forking thread only. The counts are that thread's, and no other
+// thread holds the lock across the fork (taken in prepare, released on both sides).
+const int g_fork_hooks = ::pthread_atfork([] { g_exit_mu.lock(); }, [] { g_exit_mu.unlock(); },
+                                          [] {
+                                            g_in_calls = t_depth;
+                                            g_exiting = false;
+                                            g_exit_mu.unlock();
+                                          });
 }  // namespace
 
 InCall::InCall() {
+  (void)g_fork_hooks;
   {
     std::lock_guard<std::mutex> lk(g_exit_mu);
-    if (!g_exiting) {
+    // Goes on: a call made from inside another (a Python callback of the writer calling ctstream:
+    // parking it would keep the outer one, which at_exit waits for, from ever returning), and a
+    // call from the thread that ran at_exit (atexit handlers registered before ctstream was
+    // imported run after its hook, on that thread).
+    if (!g_exiting || t_depth > 0 || std::this_thread::get_id() == g_exit_thread) {
       ++g_in_calls;
+      ++t_depth;
       return;
     }
   }
-  (void)PyEval_SaveThread();  // the GIL for the threads still running
+  nb::set_leak_warnings(false);  // what this thread holds is never freed, by design
+  (void)PyEval_SaveThread();     // the GIL for the threads still running
   park();
 }
 InCall::~InCall() {
   std::lock_guard<std::mutex> lk(g_exit_mu);
+  --t_depth;
   if (--g_in_calls == 0) g_exit_cv.notify_all();
 }
 void park_if_finalizing() noexcept {
@@ -108,12 +128,24 @@ void park_if_finalizing() noexcept {
   if (_Py_IsFinalizing()) park();
 #endif
 }
-// The atexit hook (the main thread, GIL held): waits for the calls in flight, the GIL released.
+// The atexit hook (the main thread, GIL held): waits for the calls in flight, the GIL released,
+// in steps that take it back to run signal handlers (Ctrl-C ends the wait with KeyboardInterrupt).
 void at_exit() {
-  nb::gil_scoped_release unlocked;  // before finalization: taking it back returns
-  std::unique_lock<std::mutex> lk(g_exit_mu);
-  g_exiting = true;
-  g_exit_cv.wait(lk, [] { return g_in_calls == 0; });
+  {
+    std::lock_guard<std::mutex> lk(g_exit_mu);
+    g_exiting = true;
+    g_exit_thread = std::this_thread::get_id();
+    if (g_in_calls == 0) return;
+  }
+  nb::set_leak_warnings(false);  // the threads in flight may be parked later with what they hold
+  for (;;) {
+    {
+      nb::gil_scoped_release unlocked;  // before finalization: taking it back returns
+      std::unique_lock<std::mutex> lk(g_exit_mu);
+      if (g_exit_cv.wait_for(lk, std::chrono::milliseconds(100), [] { return g_in_calls == 0; })) return;
+    }
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+  }
 }
 
 }  // namespace ctstream_py
@@ -416,7 +448,7 @@ class TensorIter {
     ctstream::StreamOptions so;
     so.dtype = dtype_;
     if (budget_) so.budget_bytes = budget_;  // 0: the core's default (StreamOptions)
-    so.threads = threads_;                   // in a forked child the core uses one (core/fork.hpp)
+    so.threads = threads_;
     if (names_) so.order = *names_;
     // Called on the worker thread, in delivery order: plain aligned memory (no GIL needed);
     // ownership passes to a capsule when the tensor is delivered.
@@ -728,9 +760,6 @@ NB_MODULE(_ctstream, m) {
   m.def("_at_exit", &ctstream_py::at_exit,
         "Interpreter exit: no thread takes the GIL back through ctstream from here on.");
   nb::module_::import_("atexit").attr("register")(m.attr("_at_exit"));
-  // Objects a parked daemon thread holds at exit are never freed, by design (at_exit): nanobind
-  // would list each as a leak on stderr.
-  nb::set_leak_warnings(false);
   m.def("active_isa", [] { return std::string(ctstream::active_isa()); });
   m.def(
       "dtype_bits",
