@@ -68,8 +68,9 @@ struct OpenOptions {
   /// Opening one file that an index beside it names (a shard of a saved model, as safetensors'
   /// safe_open and per-shard loaders do): the parts of its modules stored in other shards (a save
   /// that cut a module between shards) are read from them, and the file lists the tensors whose
-  /// values it stores -- every shard opened in turn lists each tensor once. false: the file alone
-  /// (a module cut between shards is then an error).
+  /// values it stores -- every shard opened in turn lists each tensor once. Only where config.json
+  /// is compressed-tensors' (the index unreadable: the file alone); a low-rank model's factors are
+  /// not gathered this way. false: the file alone (a module cut between shards is then an error).
   bool sibling_shards = true;
   /// The model's module classes, for config groups that target class names (`Linear`,
   /// `Embedding`, `LlamaAttention`, ...): module name -> the class names it counts as (its class and
