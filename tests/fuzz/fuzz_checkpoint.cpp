@@ -1,7 +1,12 @@
 // libFuzzer target: the whole open + decode path on arbitrary bytes. Input = one selector byte
-// (which config.json sits beside the file: none, or one of the fixture configs of each format
-// family) + the bytes of a .safetensors file. Any crash, sanitizer report or non-ctstream
-// exception is a bug; ctstream::Error is the expected outcome for bad input.
+// (its low 7 bits: which config.json sits beside the file: none, or one of the fixture configs of
+// each format family) + the bytes of a .safetensors file. With the selector's top bit set, the
+// bytes after it are a model.safetensors.index.json and two shards it may name, each of the
+// first two parts after a 4-byte little-endian length; the first shard is opened on its own
+// (OpenOptions::sibling_shards: the index, the siblings, the one-shard listing).
+// Any crash, sanitizer report or non-ctstream exception is a bug; ctstream::Error is the expected
+// outcome for bad input.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -35,11 +40,34 @@ constexpr size_t kCases = sizeof(kConfigCases) / sizeof(kConfigCases[0]);
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const size_t sel = data[0] % kCases;
+  const size_t sel = (data[0] & 0x7F) % kCases;
+  const bool one_shard = data[0] & 0x80;
   const fs::path dir = fz::scratch_dir("checkpoint");  // /dev/shm: a disk write per input was a third of the time
-  {
-    std::ofstream f(dir / "model.safetensors", std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(data + 1), static_cast<std::streamsize>(size - 1));
+  static const char* const kShards[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+  std::error_code ec;
+  for (const char* n : kShards) fs::remove(dir / n, ec);
+  fs::remove(dir / "model.safetensors", ec);
+  fs::remove(dir / "model.safetensors.index.json", ec);
+  size_t at = 1;
+  const auto part = [&](bool last) {  // the next length-prefixed part, or the rest
+    size_t len = size - at;
+    if (!last) {
+      uint32_t n = 0;
+      for (int k = 0; k < 4; ++k) n |= at < size ? uint32_t{data[at++]} << (8 * k) : 0u;
+      len = std::min<size_t>(n, size - at);
+    }
+    std::string out(reinterpret_cast<const char*>(data + at), len);
+    at += len;
+    return out;
+  };
+  fs::path open_path = dir;
+  if (one_shard) {
+    fz::write_file(dir / "model.safetensors.index.json", part(false));
+    fz::write_file(dir / kShards[0], part(false));
+    fz::write_file(dir / kShards[1], part(true));
+    open_path = dir / kShards[0];
+  } else {
+    fz::write_file(dir / "model.safetensors", part(true));
   }
   // The fixture configs are read once (a copy_file per input can fail with EINTR when
   // libFuzzer's timer signal lands inside its sendfile).
@@ -52,7 +80,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     return v;
   }();
-  std::error_code ec;
   fs::remove(dir / "config.json", ec);
   if (kConfigCases[sel]) fz::write_file(dir / "config.json", configs[sel]);
   for (auto io : {ctstream::IoMode::mmap, ctstream::IoMode::pread}) {
@@ -60,7 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ctstream::OpenOptions o;
       o.io = io;
       o.threads = 1;
-      auto ck = ctstream::Checkpoint::open(dir, o);
+      auto ck = ctstream::Checkpoint::open(open_path, o);
       std::vector<std::byte> buf;
       for (const auto& t : ck.tensors()) {
         for (auto d : {ctstream::DType::BF16, ctstream::DType::F32}) {
