@@ -337,7 +337,13 @@ def test_interpreter_exit_when_a_callback_calls_ctstream_again(plain_big, tmp_pa
         sys.modules["torch"] = None
         path, out = sys.argv[1], sys.argv[2]
         done = []
-        atexit.register(lambda: done.append(float(ctstream.open(path).get("t3")[0, 0])) or print("late", done[0] == 3.0, flush=True))
+        def late():  # on the main thread, and on a (non-daemon) thread it waits for
+            done.append(float(ctstream.open(path).get("t3")[0, 0]))
+            t = threading.Thread(target=lambda: done.append(float(ctstream.open(path).get("t4")[0, 0])))
+            t.start()
+            t.join()
+            print("late", done == [3.0, 4.0], flush=True)
+        atexit.register(late)
         import numpy as np, ctstream
         ck = ctstream.open(path, framework="np", threads=1)
         def progress(d):

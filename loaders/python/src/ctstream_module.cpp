@@ -98,23 +98,40 @@ const int g_fork_hooks = ::pthread_atfork([] { g_exit_mu.lock(); }, [] { g_exit_
                                           });
 }  // namespace
 
+namespace {
+// Whether the calling Python thread is a daemon (GIL held; a thread threading did not make counts
+// as one, as threading.current_thread() says).
+bool daemon_thread() {
+  try {
+    return nb::cast<bool>(nb::module_::import_("threading").attr("current_thread")().attr("daemon"));
+  } catch (...) {
+    PyErr_Clear();
+    return true;
+  }
+}
+}  // namespace
+
 InCall::InCall() {
   (void)g_fork_hooks;
+  bool exiting;
   {
     std::lock_guard<std::mutex> lk(g_exit_mu);
     // Goes on: a call made from inside another (a Python callback of the writer calling ctstream:
     // parking it would keep the outer one, which at_exit waits for, from ever returning), and a
     // call from the thread that ran at_exit (atexit handlers registered before ctstream was
     // imported run after its hook, on that thread).
-    if (!g_exiting || t_depth > 0 || std::this_thread::get_id() == g_exit_thread) {
-      ++g_in_calls;
-      ++t_depth;
-      return;
-    }
+    exiting = g_exiting && t_depth == 0 && std::this_thread::get_id() != g_exit_thread;
   }
-  nb::set_leak_warnings(false);  // what this thread holds is never freed, by design
-  (void)PyEval_SaveThread();     // the GIL for the threads still running
-  park();
+  // Once exiting, a daemon thread parks; any other thread was started by a later atexit handler,
+  // which will wait for it: it goes on.
+  if (exiting && daemon_thread()) {
+    nb::set_leak_warnings(false);  // what this thread holds is never freed, by design
+    (void)PyEval_SaveThread();     // the GIL for the threads still running
+    park();
+  }
+  std::lock_guard<std::mutex> lk(g_exit_mu);
+  ++g_in_calls;
+  ++t_depth;
 }
 InCall::~InCall() {
   std::lock_guard<std::mutex> lk(g_exit_mu);
