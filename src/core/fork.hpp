@@ -3,8 +3,8 @@
 // parallel region of more than one thread on that thread reuses them (measured: SIGSEGV in the
 // child; tests/unit/test_stream.cpp). Only that thread -- the one the child starts with, "the
 // survivor" -- carries such a pool: threads made in the child have none. So a region of ctstream
-// on the survivor runs on one thread (team()), and a decode's rows go to a fresh thread that can
-// open a full team (run_team()): a process that forks before it decodes, as an engine's workers
+// on the survivor runs on one thread (team()), and a decode's rows go to a host thread that opens
+// the full team (run_team()): a process that forks before it decodes, as an engine's workers
 // do, decodes with every thread. An object that owns a thread (Stream) is refused in a process
 // other than the one that made it.
 #pragma once
@@ -22,9 +22,10 @@ unsigned team_size(unsigned wanted = 0) noexcept;
 /// The num_threads of an OpenMP region about to open on this thread: n, or 1 on the survivor.
 unsigned team(unsigned n) noexcept;
 
-/// Runs `region` on this thread, or -- on the survivor, for a team of n > 1 -- on a fresh thread,
-/// joined before this returns (an exception it throws is rethrown here), where team(n) is n. Where
-/// no thread can be made, on this thread (one thread).
+/// Runs `region` on this thread, or -- on the survivor, for a team of n > 1 -- on a host thread
+/// made once per process (kept with its OpenMP pool), where team(n) is n; returns when it is done
+/// (an exception it throws is rethrown here). Where no thread can be made, on this thread (one
+/// thread).
 void run_team(unsigned n, const std::function<void()>& region);
 
 }  // namespace ctstream::core

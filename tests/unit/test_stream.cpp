@@ -291,6 +291,13 @@ TEST_CASE("a fork()ed child decodes on its own thread and refuses the parent's S
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     });
     if (ran.size() < 2 || ran.count(std::this_thread::get_id())) code = code ? code : 25;
+    // ... the same host thread and pool every time: no thread made per decode
+    const auto tasks = [] {
+      return std::distance(fs::directory_iterator("/proc/self/task"), fs::directory_iterator{});
+    };
+    const auto before = tasks();
+    for (int k = 0; k < 50; ++k) reader::parallel_for(8, 4, [](size_t) {});
+    if (tasks() != before) code = code ? code : 27;
     std::thread other([&] {  // a thread made in the child is no survivor
       if (core::on_fork_survivor() || core::team(4) != 4) code = code ? code : 26;
     });
