@@ -151,18 +151,39 @@ void fill_from_index(ShardSet& lay, std::string_view text,
     lay.weight_map.emplace(it.key(), shard_ids.at(names[i]));
 }
 
-namespace {
-// `lay` holds one file, `path`, of a compressed-tensors checkpoint (its config.json says so: only
-// then are parts grouped): where an index beside it names that file, the shards holding the other
-// parts of its modules join it (ShardSet::one_shard). No config of that kind, an index that cannot
-// be read or does not name the file, several indexes: the file alone, as before -- the index is
-// not the file asked for, and the file alone still refuses a module it holds only part of.
-void add_sibling_shards(ShardSet& lay, const fs::path& path, uint64_t max_json) {
-  if (lay.config_path.empty()) return;
+ShardSet discover_shards(const fs::path& path, uint64_t max_json) {
+  ShardSet lay;
+  std::error_code ec;
+  auto st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) throw Error(ErrorKind::file_not_found, path.string(), "", "no such file or directory");
+  if (fs::is_regular_file(st)) {
+    lay.files.push_back(path);
+    // A single shard of a saved model: its config.json beside it carries the scheme.
+    fs::path cfg = path.parent_path().empty() ? fs::path(kConfigName) : path.parent_path() / kConfigName;
+    lay.config_path = optional_file(cfg, kConfigName);
+    lay.decompose_path = optional_file(cfg.parent_path() / kDecomposeConfigName, kDecomposeConfigName);
+    return lay;
+  }
+  if (!fs::is_directory(st)) throw Error(ErrorKind::io, path.string(), "", "neither a file nor a directory");
+  lay.config_path = optional_file(path / kConfigName, kConfigName);
+  lay.decompose_path = optional_file(path / kDecomposeConfigName, kDecomposeConfigName);
+  lay.index_path = find_index(path);
+  if (!lay.index_path.empty()) {
+    read_index(lay, path, max_json);
+    return lay;
+  }
+  lay.files = files_ending(path, ".safetensors");
+  if (lay.files.empty())
+    throw Error(ErrorKind::file_not_found, path.string(), "", "directory holds no *.safetensors file and no index");
+  return lay;
+}
+
+void add_sibling_shards(ShardSet& lay, const fs::path& path, const std::string& config_json, uint64_t max_json) {
+  if (config_json.empty()) return;
   const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
   ShardSet full;
   try {
-    if (!parse_scheme(io::read_small_file(lay.config_path, max_json), lay.config_path.string()).present) return;
+    if (!parse_scheme(config_json, lay.config_path.string()).present) return;
     full.index_path = find_index(dir);
     if (full.index_path.empty()) return;
     // Shards are not probed here: only those this file needs must exist (one shard of a partly
@@ -208,36 +229,6 @@ void add_sibling_shards(ShardSet& lay, const fs::path& path, uint64_t max_json) 
   lay.index_id = full.index_id;
   lay.one_shard = true;
   lay.modules = std::move(modules);
-}
-
-}  // namespace
-
-ShardSet discover_shards(const fs::path& path, uint64_t max_json, bool siblings) {
-  ShardSet lay;
-  std::error_code ec;
-  auto st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) throw Error(ErrorKind::file_not_found, path.string(), "", "no such file or directory");
-  if (fs::is_regular_file(st)) {
-    lay.files.push_back(path);
-    // A single shard of a saved model: its config.json beside it carries the scheme.
-    fs::path cfg = path.parent_path().empty() ? fs::path(kConfigName) : path.parent_path() / kConfigName;
-    lay.config_path = optional_file(cfg, kConfigName);
-    lay.decompose_path = optional_file(cfg.parent_path() / kDecomposeConfigName, kDecomposeConfigName);
-    if (siblings) add_sibling_shards(lay, path, max_json);
-    return lay;
-  }
-  if (!fs::is_directory(st)) throw Error(ErrorKind::io, path.string(), "", "neither a file nor a directory");
-  lay.config_path = optional_file(path / kConfigName, kConfigName);
-  lay.decompose_path = optional_file(path / kDecomposeConfigName, kDecomposeConfigName);
-  lay.index_path = find_index(path);
-  if (!lay.index_path.empty()) {
-    read_index(lay, path, max_json);
-    return lay;
-  }
-  lay.files = files_ending(path, ".safetensors");
-  if (lay.files.empty())
-    throw Error(ErrorKind::file_not_found, path.string(), "", "directory holds no *.safetensors file and no index");
-  return lay;
 }
 
 }  // namespace ctstream::format

@@ -30,10 +30,17 @@ struct ShardSet {
 };
 
 /// Finds the files of the checkpoint at `path`. Shard names from an index must stay inside the
-/// directory (no absolute paths, no `..`) and must exist. A file that an index beside it names
-/// (`siblings`) brings the shards holding the rest of its modules' parts (ShardSet::one_shard).
-/// Throws ctstream::Error.
-ShardSet discover_shards(const std::filesystem::path& path, uint64_t max_json_bytes, bool siblings = true);
+/// directory (no absolute paths, no `..`) and must exist. Throws ctstream::Error.
+ShardSet discover_shards(const std::filesystem::path& path, uint64_t max_json_bytes);
+
+/// `lay` is discover_shards() of one file, `file`, and `config_json` its config.json as read
+/// (empty: none). Where that config is compressed-tensors' (only then are parts grouped) and an
+/// index beside the file names it, the shards holding the other parts of its modules join it
+/// (ShardSet::one_shard). No such config, an index that cannot be read or does not name the file,
+/// several indexes: `lay` is left as it is (the file alone; it still refuses a module it holds
+/// only part of). A needed shard that does not exist is Error{missing_shard}.
+void add_sibling_shards(ShardSet& lay, const std::filesystem::path& file, const std::string& config_json,
+                        uint64_t max_json_bytes);
 
 /// The shards of an index (`*.safetensors.index.json` text; lay.index_path names it in errors):
 /// every shard name contained (Error{invalid_shard}), `resolve(name)` gives its path, or an empty

@@ -160,9 +160,7 @@ Checkpoint Checkpoint::open(const fs::path& path, const OpenOptions& options) {
 }
 
 Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& options) {
-  if (options.threads > kMaxThreads)
-    throw Error(ErrorKind::invalid_argument, path.string(), "",
-                "threads must be at most " + std::to_string(kMaxThreads) + ", not " + std::to_string(options.threads));
+  reader::check_threads(options.threads, "threads", path.string());
   static std::atomic<uint64_t> serials{0};
   auto ck = std::make_unique<Impl>();
   ck->serial = ++serials;
@@ -170,22 +168,24 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   const bool remote = io::is_remote_url(path.native());  // before any std::filesystem call
 #ifdef CTSTREAM_HAVE_REMOTE
   format::ShardSet lay = remote ? format::discover_remote_shards(path.native(), options.max_json_bytes)
-                                : format::discover_shards(path, options.max_json_bytes, options.sibling_shards);
+                                : format::discover_shards(path, options.max_json_bytes);
 #else
   if (remote)
     throw Error(ErrorKind::unsupported, path.native(), "",
                 "s3:// and http(s):// checkpoints need a build with -DCTSTREAM_REMOTE=ON (and libcurl)");
-  format::ShardSet lay = format::discover_shards(path, options.max_json_bytes, options.sibling_shards);
+  format::ShardSet lay = format::discover_shards(path, options.max_json_bytes);
 #endif
-  ck->paths = lay.files;
   ck->remote = remote;
   const auto add_source = [&](const io::FileIdentity& id) { ck->sources.push_back({id.path, id.device, id.inode}); };
+  io::FileIdentity config_id;
+  if (!lay.config_path.empty()) ck->config = read_small(lay.config_path, options.max_json_bytes, &config_id, remote);
+  // One file opened on its own (discover_shards gave back the path itself): its sibling shards,
+  // as its config (read once, above) and the index beside it say.
+  if (options.sibling_shards && !remote && lay.index_path.empty() && lay.files.size() == 1 && lay.files[0] == path)
+    format::add_sibling_shards(lay, path, ck->config, options.max_json_bytes);
+  ck->paths = lay.files;
   if (!lay.index_path.empty()) add_source(lay.index_id);
-  if (!lay.config_path.empty()) {
-    io::FileIdentity id;
-    ck->config = read_small(lay.config_path, options.max_json_bytes, &id, remote);
-    add_source(id);
-  }
+  if (!lay.config_path.empty()) add_source(config_id);
   std::vector<format::RawTensor> raw = read_headers(*ck, lay, remote);
   for (const auto& f : ck->files) add_source(f->identity());
   if (lay.one_shard)  // of the other shards, the parts of this file's modules only
