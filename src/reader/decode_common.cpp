@@ -52,6 +52,13 @@ uint64_t require_output(const Checkpoint::Impl& ck, const TensorInfo& t, std::sp
   return need;
 }
 
+void check_threads(unsigned threads, const char* what, const std::string& file) {
+  if (threads > kMaxThreads)
+    throw Error(
+        ErrorKind::invalid_argument, file, "",
+        std::string(what) + " must be at most " + std::to_string(kMaxThreads) + ", not " + std::to_string(threads));
+}
+
 void parallel_for(size_t n, unsigned threads, const std::function<void(size_t)>& body) {
   if (n == 0) return;
   if (threads <= 1 || n == 1) {
@@ -59,7 +66,7 @@ void parallel_for(size_t n, unsigned threads, const std::function<void(size_t)>&
     return;
   }
   const unsigned team = static_cast<unsigned>(std::min<size_t>(threads, n));
-  core::run_team(team, [&] {  // a fork()ed child's first thread hands the team to a fresh one
+  core::run_team(team, [&] {  // a fork()ed child's first thread hands the team to its host thread
     std::exception_ptr first;
     std::mutex mu;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast <int>(core::team(team)))

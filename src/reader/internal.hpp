@@ -122,6 +122,10 @@ uint64_t require_output(const Checkpoint::Impl& ck, const TensorInfo& t, std::sp
 /// by any body is rethrown on the caller's thread after the loop.
 void parallel_for(size_t n, unsigned threads, const std::function<void(size_t)>& body);
 
+/// Refuses (Error{invalid_argument} naming `file`) a thread count past kMaxThreads: `what` is the
+/// option ("threads", "stream threads"). OpenOptions and StreamOptions are checked by this one rule.
+void check_threads(unsigned threads, const char* what, const std::string& file);
+
 /// Decodes `t` (any format) into `out`: the body of Checkpoint::decode_into, for decoders that
 /// decode other tensors first (a low-rank weight's factors).
 uint64_t decode(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,

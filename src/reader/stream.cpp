@@ -60,10 +60,7 @@ struct Stream::Impl {
   bool foreign() const noexcept { return ::getpid() != pid; }
 
   Impl(const Checkpoint& c, StreamOptions o) : ck(c), opt(std::move(o)) {
-    if (opt.threads > kMaxThreads)
-      throw Error(
-          ErrorKind::invalid_argument, "", "",
-          "stream threads must be at most " + std::to_string(kMaxThreads) + ", not " + std::to_string(opt.threads));
+    reader::check_threads(opt.threads, "stream threads", "");
     if (!opt.order) {
       for (const auto& t : ck.tensors()) order.push_back(&t);
     } else {
