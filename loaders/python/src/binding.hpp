@@ -20,9 +20,11 @@ void set_error(const std::string& kind, const std::string& message, const std::s
 /// nanobind's dispatch -- calls std::terminate: a daemon thread inside ctstream at exit aborted
 /// the whole process. So every binding call that releases the GIL holds an InCall, and an atexit
 /// hook (registered at import; atexit runs before the interpreter finalizes) waits, the GIL
-/// released, for the calls in flight to return; a call begun after it parks its thread for good
-/// (the process is exiting: a daemon thread never runs again; CPython 3.14 parks such threads
-/// itself). Unlocked and Locked park too where the interpreter is already finalizing.
+/// released, for the calls in flight to return. A daemon thread's call begun after it parks the
+/// thread for good (the process is exiting: a daemon thread never runs again; CPython 3.14 parks
+/// such threads itself); a call from inside another, from the thread that ran the hook, or from a
+/// non-daemon thread (a later atexit handler waits for it) goes on. Unlocked and Locked park too
+/// where the interpreter is already finalizing.
 class InCall {
  public:
   InCall();

@@ -81,8 +81,7 @@ void set_error(const std::string& kind, const std::string& message, const std::s
 namespace {
 std::mutex g_exit_mu;
 std::condition_variable g_exit_cv;
-bool g_exiting = false;         // the atexit hook has run
-std::thread::id g_exit_thread;  // ... on this thread, which never parks (later atexit handlers run there)
+std::thread::id g_exit_thread;  // the thread that ran the atexit hook (none: not run), which never parks
 unsigned g_in_calls = 0;
 thread_local unsigned t_depth = 0;  // this thread's InCalls (a callback may call ctstream again)
 [[noreturn]] void park() noexcept {
@@ -93,12 +92,10 @@ thread_local unsigned t_depth = 0;  // this thread's InCalls (a callback may cal
 const int g_fork_hooks = ::pthread_atfork([] { g_exit_mu.lock(); }, [] { g_exit_mu.unlock(); },
                                           [] {
                                             g_in_calls = t_depth;
-                                            g_exiting = false;
+                                            g_exit_thread = {};
                                             g_exit_mu.unlock();
                                           });
-}  // namespace
 
-namespace {
 // Whether the calling Python thread is a daemon (GIL held; a thread threading did not make counts
 // as one, as threading.current_thread() says).
 bool daemon_thread() {
@@ -120,7 +117,7 @@ InCall::InCall() {
     // parking it would keep the outer one, which at_exit waits for, from ever returning), and a
     // call from the thread that ran at_exit (atexit handlers registered before ctstream was
     // imported run after its hook, on that thread).
-    exiting = g_exiting && t_depth == 0 && std::this_thread::get_id() != g_exit_thread;
+    exiting = g_exit_thread != std::thread::id() && t_depth == 0 && std::this_thread::get_id() != g_exit_thread;
   }
   // Once exiting, a daemon thread parks; any other thread was started by a later atexit handler,
   // which will wait for it: it goes on.
@@ -150,7 +147,6 @@ void park_if_finalizing() noexcept {
 void at_exit() {
   {
     std::lock_guard<std::mutex> lk(g_exit_mu);
-    g_exiting = true;
     g_exit_thread = std::this_thread::get_id();
     if (g_in_calls == 0) return;
   }
