@@ -165,6 +165,7 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   auto ck = std::make_unique<Impl>();
   ck->serial = ++serials;
   ck->opt = options;
+  ck->opened = path.string();
   const bool remote = io::is_remote_url(path.native());  // before any std::filesystem call
 #ifdef CTSTREAM_HAVE_REMOTE
   format::ShardSet lay = remote ? format::discover_remote_shards(path.native(), options.max_json_bytes)
@@ -257,8 +258,10 @@ const TensorInfo* Checkpoint::find(std::string_view name) const noexcept {
 
 const TensorInfo& Checkpoint::at(std::string_view name) const {
   if (const TensorInfo* t = find(name)) return *t;
-  throw Error(ErrorKind::not_found, impl_->paths.size() == 1 ? impl_->paths[0].string() : "", std::string(name),
-              "no such tensor in the checkpoint");
+  // A checkpoint of one file is named by it, one of several files by what the caller opened.
+  const std::string where = impl_->paths.size() == 1 ? impl_->paths[0].string() : impl_->opened;
+  if (name.empty()) throw Error(ErrorKind::not_found, where, "", "an empty tensor name names no tensor");
+  throw Error(ErrorKind::not_found, where, std::string(name), "no such tensor in the checkpoint");
 }
 
 uint64_t reader::decode(const Checkpoint::Impl& ck, const TensorInfo& t, std::span<std::byte> out, DType out_dtype,

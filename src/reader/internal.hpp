@@ -36,6 +36,7 @@ struct Checkpoint::Impl {
   uint64_t serial = 0;  // unique per opened checkpoint in this process (never 0)
   OpenOptions opt;
   bool remote = false;  // s3:// or http(s)://: every file is an io::RemoteFile
+  std::string opened;   // the path or URL the caller opened (names the checkpoint in errors)
   std::vector<std::filesystem::path> paths;
   std::vector<Checkpoint::SourceFile> sources;  // every file read at open (source_files())
   std::vector<std::unique_ptr<io::File>> files;

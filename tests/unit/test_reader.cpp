@@ -134,8 +134,26 @@ TEST_CASE("bad slices, small buffers and impossible conversions are clear errors
   CHECK(ckpt.output_bytes(w, DType::F32) == w.decoded_bytes(DType::F32));
   CHECK(kind_of([&] { ckpt.decode_into(ckpt.at("i"), buf, DType::BF16); }) == ErrorKind::unsupported);
   CHECK(kind_of([&] { ckpt.decode_into(w, buf, DType::I8); }) == ErrorKind::unsupported);
-  CHECK_THROWS_AS(ckpt.at("nope"), Error);
+  CHECK(kind_of([&] { ckpt.at("nope"); }) == ErrorKind::not_found);
   CHECK(ckpt.find("nope") == nullptr);
+  // An empty name says so (a message of "m.safetensors: no such tensor" would hide the mistake).
+  try {
+    ckpt.at("");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::not_found);
+    CHECK(std::string(e.what()).find("empty tensor name") != std::string::npos);
+  }
+  // A checkpoint of several files is named by what was opened: the directory.
+  const fs::path dir = th::fixtures() / "st" / "sharded";
+  const Checkpoint sharded = Checkpoint::open(dir);
+  try {
+    sharded.at("nope");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.file() == dir.string());
+    CHECK(e.tensor() == "nope");
+  }
 }
 
 TEST_CASE("pread mode, mmap mode and any thread count decode identically", "[reader][dispatch]") {
