@@ -72,6 +72,11 @@ struct OpenOptions {
   /// is compressed-tensors' (the index unreadable: the file alone); a low-rank model's factors are
   /// not gathered this way. false: the file alone (a module cut between shards is then an error).
   bool sibling_shards = true;
+  /// Every stored safetensors entry as a tensor of its own, under its own key, as safetensors
+  /// lists them (`weight_packed`, `weight_scale`, ... not grouped): config.json, decompose_config.json
+  /// and the shards beside a file opened alone are not read (nor do `sibling_shards`, `low_rank` or
+  /// `module_classes` apply). A checkpoint is then read as a plain safetensors one.
+  bool stored_entries = false;
   /// The model's module classes, for config groups that target class names (`Linear`,
   /// `Embedding`, `LlamaAttention`, ...): module name -> the class names it counts as (its class and
   /// base classes, `type(m).__mro__`, as compressed-tensors' `match_class` tests them). A module

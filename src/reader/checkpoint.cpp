@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 
 #include "core/boundary.hpp"
 #include "core/checked.hpp"
@@ -178,11 +179,21 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
 #endif
   ck->remote = remote;
   const auto add_source = [&](const io::FileIdentity& id) { ck->sources.push_back({id.path, id.device, id.inode}); };
+  // A file of the checkpoint that is not read is still one of its sources (writers refuse it).
+  const auto add_unread = [&](const fs::path& p) {
+    io::FileIdentity id;
+    if (remote) add_source(io::FileIdentity{p, 0, 0});
+    else if (io::identify(p, id)) add_source(id);
+  };
+  if (options.stored_entries)  // a plain safetensors checkpoint: no config, no factors' layout
+    for (fs::path* p : {&lay.config_path, &lay.decompose_path})
+      if (!p->empty()) add_unread(std::exchange(*p, {}));
   io::FileIdentity config_id;
   if (!lay.config_path.empty()) ck->config = read_small(lay.config_path, options.max_json_bytes, &config_id, remote);
   // One file opened on its own (discover_shards gave back the path itself): its sibling shards,
   // as its config (read once, above) and the index beside it say.
-  if (options.sibling_shards && !remote && lay.index_path.empty() && lay.files.size() == 1 && lay.files[0] == path)
+  if (options.sibling_shards && !options.stored_entries && !remote && lay.index_path.empty() && lay.files.size() == 1 &&
+      lay.files[0] == path)
     format::add_sibling_shards(lay, path, ck->config, options.max_json_bytes);
   ck->paths = lay.files;
   if (!lay.index_path.empty()) add_source(lay.index_id);
@@ -218,10 +229,7 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
       if (t.format == Format::low_rank) check_low_rank_size(*ck, t, dec_file);
   }
   if (options.low_rank != LowRank::original && !lay.decompose_path.empty()) {
-    // Not read (the factors are served as stored), but still one of the checkpoint's files.
-    io::FileIdentity id;
-    if (remote) add_source(io::FileIdentity{lay.decompose_path, 0, 0});
-    else if (io::identify(lay.decompose_path, id)) add_source(id);
+    add_unread(lay.decompose_path);  // the factors are served as stored
   }
   if (options.order == Order::name)
     std::stable_sort(ck->tensors.begin(), ck->tensors.end(),

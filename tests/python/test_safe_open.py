@@ -562,6 +562,18 @@ def test_one_shard_of_a_model_whose_modules_were_cut_between_shards(tmp_path):
         assert torch.equal(f.get_tensor("model.norm.weight"), whole.get("model.norm.weight"))
     with pytest.raises(ctstream.Error, match="model-00003-of-00003"):
         ctstream.safe_open(str(partial / names[1]), framework="pt")
-    # the file alone, as asked (and as safe_open(packed=True) reads a shard: its own entries)
+    # the file alone, as asked
     with pytest.raises(ctstream.Error, match="weight_scale"):
         ctstream.open(str(out / names[0]), sibling_shards=False)
+    # packed: each shard's own entries, as safetensors lists them (a cut module's orphan scale
+    # included; opening shard 1 packed failed), byte for byte; likewise stored_entries=True
+    for n in names:
+        with safetensors.safe_open(str(out / n), framework="pt") as ref, \
+                ctstream.safe_open(str(out / n), framework="pt", packed=True) as f:
+            assert f.keys() == ref.keys()
+            for k in ref.keys():
+                got, want = f.get_tensor(k), ref.get_tensor(k)
+                assert got.dtype == want.dtype and torch.equal(got, want), (n, k)
+        plain = ctstream.open(str(out / n), stored_entries=True)
+        assert sorted(plain.keys()) == sorted(load_file(str(out / n)))
+

@@ -2,6 +2,7 @@
 // quantization_config, or one of another quant_method such as AutoFP8's "fp8") reads entry by entry
 // exactly as stored: same keys, dtypes, shapes and bytes as the file's own header says (parsed here
 // independently of the reader). Only a compressed-tensors config makes the reader group parts.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
@@ -42,9 +43,10 @@ std::map<std::string, StoredEntry> read_stored(const fs::path& file) {
 
 void write_text(const fs::path& p, const std::string& s) { std::ofstream(p) << s; }
 
-void require_plain(const fs::path& dir, IoMode io) {
+void require_plain(const fs::path& dir, IoMode io, bool stored_entries = false) {
   OpenOptions o;
   o.io = io;
+  o.stored_entries = stored_entries;
   const Checkpoint ck = Checkpoint::open(dir, o);
   CHECK_FALSE(ck.config_info().compressed_tensors);
   const auto stored = read_stored(dir / "model.safetensors");
@@ -77,6 +79,17 @@ TEST_CASE("a file without a compressed-tensors config reads as safetensors reads
     CHECK(own.config_info().compressed_tensors);
     CHECK(own.config_info().file == src / "config.json");
     CHECK(own.tensors().size() < read_stored(src / "model.safetensors").size());
+    // Asked for its stored entries, the same checkpoint reads as safetensors reads it; its
+    // config.json is unread but still one of its files (writers refuse to overwrite it).
+    require_plain(src, IoMode::mmap, true);
+    require_plain(src, IoMode::pread, true);
+    {
+      OpenOptions o;
+      o.stored_entries = true;
+      const Checkpoint st = Checkpoint::open(src, o);
+      CHECK(std::any_of(st.source_files().begin(), st.source_files().end(),
+                        [&](const Checkpoint::SourceFile& f) { return f.path == src / "config.json"; }));
+    }
 
     const fs::path d = tmp.path / name;
     fs::create_directories(d);

@@ -42,7 +42,8 @@ def parse_budget(budget: Union[None, int, str]) -> int:
 
 def open(path: Union[str, "os.PathLike[str]"], *, threads: int = 0, budget: Union[None, int, str] = None,
          io: str = "mmap", order: str = "file", framework: Optional[str] = None,
-         low_rank: str = "original", module_classes: Any = None, sibling_shards: bool = True) -> "Checkpoint":
+         low_rank: str = "original", module_classes: Any = None, sibling_shards: bool = True,
+         stored_entries: bool = False) -> "Checkpoint":
     """Opens a checkpoint: a ``.safetensors`` file, or a directory with
     ``model.safetensors.index.json`` or ``*.safetensors`` shards (and ``config.json``, whose
     ``quantization_config`` / ``sparsity_config`` tell how tensors are compressed). Reads only
@@ -68,6 +69,10 @@ def open(path: Union[str, "os.PathLike[str]"], *, threads: int = 0, budget: Unio
         the parts of its modules that the save put in other shards from them, and list the tensors
         whose values this file stores (True, default: each shard opened in turn lists each tensor
         once); False: the file alone, where a module cut between shards is an error.
+    stored_entries: every stored entry as a tensor of its own under its own key (``weight_packed``,
+        ``weight_scale``, ...), as safetensors lists them: config.json, decompose_config.json and
+        sibling shards are not read, so ``low_rank``, ``module_classes`` and ``sibling_shards``
+        do not apply (default False: the logical tensors).
     """
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
         raise InvalidArgumentError(f"threads must be an int >= 0, got {threads!r}")
@@ -75,7 +80,7 @@ def open(path: Union[str, "os.PathLike[str]"], *, threads: int = 0, budget: Unio
     classes = module_classes_of(module_classes) if module_classes not in (None, False) else {}
     args = (os.fspath(path), threads, io, order, parse_budget(budget), low_rank)
     try:
-        native = _native._Checkpoint(*args, classes, bool(sibling_shards))
+        native = _native._Checkpoint(*args, classes, bool(sibling_shards), bool(stored_entries))
     except Error as e:
         # Only where the stored parts could not choose among class-name groups does the module's
         # class matter; then ask the model's architecture (never a guess: the library does the same).
@@ -84,7 +89,7 @@ def open(path: Union[str, "os.PathLike[str]"], *, threads: int = 0, budget: Unio
         classes = classes_from_config(os.fspath(path))
         if not classes:
             raise
-        native = _native._Checkpoint(*args, classes, bool(sibling_shards))
+        native = _native._Checkpoint(*args, classes, bool(sibling_shards), bool(stored_entries))
     return Checkpoint(native, fw)
 
 

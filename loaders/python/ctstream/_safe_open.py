@@ -154,7 +154,8 @@ class safe_open:  # noqa: N801 - the name safetensors uses
 
     One shard of a saved model (a file that the index beside it names) lists the tensors whose
     values it stores; a module the save cut between shards reads its other parts from them, so
-    opening every shard in turn yields each tensor once. ``packed`` reads the file alone.
+    opening every shard in turn yields each tensor once. ``packed`` reads the file alone and lists
+    its entries as safetensors does (a module cut between shards: the entries this file holds).
     """
 
     def __init__(self, filename, framework, device: Any = "cpu", *, backend: str = "mmap", packed: bool = False):
@@ -176,10 +177,9 @@ class safe_open:  # noqa: N801 - the name safetensors uses
         self._fw, self._backend, self._packed = fw, backend, packed
         self._path = os.fspath(filename)
         try:
-            # packed: every stored entry under its own key, a low-rank module's factors included
-            # (packed: this file's entries, as safetensors lists them, none from sibling shards)
-            self._ck = _checkpoint.open(self._path, io=backend, framework=fw, low_rank="stored" if packed else "original",
-                                        sibling_shards=not packed)
+            # packed: this file's entries as safetensors lists them (config.json and sibling shards
+            # unread: a module the save cut between shards, or a low-rank one, is its entries)
+            self._ck = _checkpoint.open(self._path, io=backend, framework=fw, stored_entries=packed)
         except _errors.FileNotFoundError:
             raise _builtin_error(builtins.FileNotFoundError, f"No such file or directory: {self._path}") from None
         except Error as e:

@@ -538,11 +538,12 @@ class PyCheckpoint {
  public:
   PyCheckpoint(const std::string& path, unsigned threads, const std::string& io, const std::string& order,
                uint64_t budget, const std::string& low_rank,
-               std::map<std::string, std::vector<std::string>> module_classes, bool sibling_shards)
+               std::map<std::string, std::vector<std::string>> module_classes, bool sibling_shards, bool stored_entries)
       : budget_(budget), threads_(threads) {
     ctstream::OpenOptions o;
     o.threads = threads;
     o.sibling_shards = sibling_shards;
+    o.stored_entries = stored_entries;
     o.module_classes = std::move(module_classes);
     if (io == "mmap") o.io = ctstream::IoMode::mmap;
     else if (io == "pread") o.io = ctstream::IoMode::pread;
@@ -885,9 +886,10 @@ NB_MODULE(_ctstream, m) {
 
   nb::class_<PyCheckpoint>(m, "_Checkpoint")
       .def(nb::init<const std::string&, unsigned, const std::string&, const std::string&, uint64_t, const std::string&,
-                    std::map<std::string, std::vector<std::string>>, bool>(),
+                    std::map<std::string, std::vector<std::string>>, bool, bool>(),
            "path"_a, "threads"_a = 0, "io"_a = "mmap", "order"_a = "file", "budget"_a = 0, "low_rank"_a = "original",
-           "module_classes"_a = std::map<std::string, std::vector<std::string>>{}, "sibling_shards"_a = true)
+           "module_classes"_a = std::map<std::string, std::vector<std::string>>{}, "sibling_shards"_a = true,
+           "stored_entries"_a = false)
       .def("close", &PyCheckpoint::close)
       .def_prop_ro("closed", &PyCheckpoint::closed)
       .def_prop_ro("budget", &PyCheckpoint::budget)
