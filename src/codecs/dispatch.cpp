@@ -6,6 +6,7 @@
 #endif
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -40,11 +41,24 @@ Isa best_supported() noexcept {
   return Isa::scalar;
 }
 
+// CTSTREAM_FORCE_ISA names the kernels to run. A value that names none this CPU and build run is
+// said once on stderr (a benchmark would otherwise report the best ISA's figures under the asked
+// name), and the best supported ISA runs.
 Isa initial() noexcept {
-  if (const char* env = std::getenv("CTSTREAM_FORCE_ISA"))
-    for (Isa i : kAllIsas)
-      if (std::strcmp(env, isa_name(i)) == 0 && isa_supported(i)) return i;
-  return best_supported();
+  const char* env = std::getenv("CTSTREAM_FORCE_ISA");
+  if (!env) return best_supported();
+  for (Isa i : kAllIsas)
+    if (std::strcmp(env, isa_name(i)) == 0 && isa_supported(i)) return i;
+  const Isa best = best_supported();
+  char runs[64] = "";
+  for (Isa i : kAllIsas)
+    if (isa_supported(i)) {
+      if (runs[0]) std::strncat(runs, ", ", sizeof runs - std::strlen(runs) - 1);
+      std::strncat(runs, isa_name(i), sizeof runs - std::strlen(runs) - 1);
+    }
+  std::fprintf(stderr, "ctstream: CTSTREAM_FORCE_ISA=%s is not an ISA this CPU and build run (%s); using %s\n", env,
+               runs, isa_name(best));
+  return best;
 }
 
 std::atomic<int>& current() {

@@ -22,6 +22,12 @@ expect_rc 0 "inspect sharded" "$CT" inspect "$FIX/st/sharded"
 expect_rc 0 "inspect --json" "$CT" inspect "$FIX/st/sharded" --json
 if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["totals"]["tensors"]==len(d["tensors"])>0' "$TMP/out"; then ok; else bad "inspect --json is not valid JSON with totals"; fi
 expect_rc 0 "verify sharded" "$CT" verify "$FIX/st/sharded"
+# CTSTREAM_FORCE_ISA: a name it runs is used quietly; any other is said on stderr (not silently
+# replaced, which would label a benchmark's figures with the wrong ISA)
+CTSTREAM_FORCE_ISA=scalar "$CT" --version >"$TMP/out" 2>"$TMP/err"
+if grep -q 'scalar' "$TMP/out" && [ ! -s "$TMP/err" ]; then ok; else bad "CTSTREAM_FORCE_ISA=scalar: $(cat "$TMP/out" "$TMP/err")"; fi
+CTSTREAM_FORCE_ISA=bogus "$CT" --version >"$TMP/out" 2>"$TMP/err"
+if grep -q 'CTSTREAM_FORCE_ISA=bogus is not an ISA' "$TMP/err"; then ok; else bad "CTSTREAM_FORCE_ISA=bogus said nothing"; fi
 expect_rc 0 "verify pread" "$CT" verify "$FIX/st/all_dtypes.safetensors" --pread
 expect_rc 2 "unknown command" "$CT" frobnicate
 expect_rc 2 "bad dtype" "$CT" decompress "$FIX/st/sharded" "$TMP/x.safetensors" --dtype int3
