@@ -61,10 +61,17 @@ static_assert(static_cast<int>(ctstream::ErrorKind::out_of_memory) + 1 == CTSTRE
               "status enum out of step with ctstream::ErrorKind");
 
 // ctstream_open_options as ABI 1-2 laid it out (tests/c/abi_v2/ctstream.h): 32 bytes, ending
-// before stored_factors (ABI 3).
+// before stored_factors (ABI 3); as ABI 4-5 laid it out: 48 bytes, ending before file_alone (ABI 6).
 constexpr size_t kOptionsV2Size = offsetof(ctstream_open_options, stored_factors);
 constexpr size_t kOptionsV3End = offsetof(ctstream_open_options, stored_factors) + sizeof(uint32_t);
-static_assert(kOptionsV2Size == 32 && sizeof(ctstream_open_options) == 48, "ctstream_open_options layout changed");
+constexpr size_t kOptionsV5Size = offsetof(ctstream_open_options, file_alone);
+static_assert(kOptionsV2Size == 32 && kOptionsV5Size == 48 && sizeof(ctstream_open_options) == 56,
+              "ctstream_open_options layout changed");
+// The sizes this library reads, oldest first.
+constexpr size_t kOptionsSizes[] = {kOptionsV2Size, kOptionsV5Size, sizeof(ctstream_open_options)};
+bool known_options_size(size_t n) noexcept {
+  return std::find(std::begin(kOptionsSizes), std::end(kOptionsSizes), n) != std::end(kOptionsSizes);
+}
 
 bool valid_dtype(int d) noexcept { return d >= 0 && d < kNumDTypes; }
 
@@ -169,22 +176,26 @@ ctstream_status ctstream_open_options_init_sized(ctstream_open_options* o, size_
   // Every write below stays inside the caller's struct_size bytes: the caller's struct may be an
   // older, shorter layout than this library's (ABI 1-2 ended before stored_factors).
   o->struct_size = static_cast<uint32_t>(std::min<size_t>(struct_size, UINT32_MAX));
-  if (struct_size != kOptionsV2Size && struct_size != sizeof(ctstream_open_options))
-    return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_open_options_init_sized: unknown struct_size " +
-                                                   std::to_string(struct_size) + " (this library knows " +
-                                                   std::to_string(kOptionsV2Size) + " and " +
-                                                   std::to_string(sizeof(ctstream_open_options)) + ")");
+  if (!known_options_size(struct_size))
+    return fail(CTSTREAM_ERR_INVALID_ARGUMENT,
+                "ctstream_open_options_init_sized: unknown struct_size " + std::to_string(struct_size) +
+                    " (this library knows " + std::to_string(kOptionsV2Size) + ", " + std::to_string(kOptionsV5Size) +
+                    " and " + std::to_string(sizeof(ctstream_open_options)) + ")");
   const ctstream::OpenOptions d;
   o->io = d.io == ctstream::IoMode::pread ? CTSTREAM_IO_PREAD : CTSTREAM_IO_MMAP;
   o->order = d.order == ctstream::Order::name ? CTSTREAM_ORDER_NAME : CTSTREAM_ORDER_FILE;
   o->threads = d.threads;
   o->max_header_bytes = d.max_header_bytes;
   o->max_json_bytes = d.max_json_bytes;
-  if (struct_size == sizeof(ctstream_open_options)) {
+  if (struct_size >= kOptionsV5Size) {
     o->stored_factors = d.low_rank == ctstream::LowRank::stored ? 1 : 0;
-    // the tail padding too, so a struct the caller memcmp()s or hashes is fully defined
-    std::memset(reinterpret_cast<char*>(o) + kOptionsV3End, 0, sizeof(ctstream_open_options) - kOptionsV3End);
+    // the padding too, so a struct the caller memcmp()s or hashes is fully defined
+    std::memset(reinterpret_cast<char*>(o) + kOptionsV3End, 0, struct_size - kOptionsV3End);
     o->module_classes_json = nullptr;
+  }
+  if (struct_size >= sizeof(ctstream_open_options)) {
+    o->file_alone = d.sibling_shards ? 0 : 1;
+    o->stored_entries = d.stored_entries ? 1 : 0;
   }
   return CTSTREAM_OK;
 }
@@ -202,8 +213,9 @@ ctstream_status ctstream_open(const char* path, const ctstream_open_options* opt
   return guarded([&] {
     ctstream::OpenOptions o;
     if (options) {
-      // ABI version 1-2's struct ended before stored_factors: still accepted (the field defaults).
-      if (options->struct_size != sizeof(ctstream_open_options) && options->struct_size != kOptionsV2Size)
+      // ABI version 1-2's struct ended before stored_factors, 4-5's before file_alone: still
+      // accepted (the fields they lack keep their defaults).
+      if (!known_options_size(options->struct_size))
         return fail(CTSTREAM_ERR_INVALID_ARGUMENT,
                     "ctstream_open: options->struct_size is " + std::to_string(options->struct_size) + ", expected " +
                         std::to_string(sizeof(ctstream_open_options)) + " (call ctstream_open_options_init first)");
@@ -216,12 +228,18 @@ ctstream_status ctstream_open(const char* path, const ctstream_open_options* opt
       o.threads = options->threads;
       o.max_header_bytes = options->max_header_bytes;
       o.max_json_bytes = options->max_json_bytes;
-      if (options->struct_size == sizeof(ctstream_open_options)) {
+      if (options->struct_size >= kOptionsV5Size) {
         if (options->stored_factors > 1)
           return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_open: stored_factors must be 0 or 1");
         o.low_rank = options->stored_factors ? ctstream::LowRank::stored : ctstream::LowRank::original;
         if (options->module_classes_json)
           o.module_classes = ctstream::module_classes_from_json(options->module_classes_json, "module_classes_json");
+      }
+      if (options->struct_size >= sizeof(ctstream_open_options)) {
+        if (options->file_alone > 1 || options->stored_entries > 1)
+          return fail(CTSTREAM_ERR_INVALID_ARGUMENT, "ctstream_open: file_alone and stored_entries must be 0 or 1");
+        o.sibling_shards = options->file_alone == 0;
+        o.stored_entries = options->stored_entries == 1;
       }
     }
     *out = new ctstream_checkpoint{ctstream::Checkpoint::open(path, o)};

@@ -335,6 +335,58 @@ static void test_options_init(const char* fixtures) {
   memset(buf, 0xA5, buf_size);
   CHECK(ctstream_open_options_init_sized(p, 3) == CTSTREAM_ERR_INVALID_ARGUMENT && buf[0] == 0xA5 && buf[2] == 0xA5,
         "init_sized(3) writes nothing");
+
+  /* ABI 4-5's struct (48 bytes on LP64: up to module_classes_json) is filled and served as it is */
+  const size_t v5 = offsetof(ctstream_open_options, file_alone);
+  memset(buf, 0xA5, buf_size);
+  CHECK(ctstream_open_options_init_sized(p, v5) == CTSTREAM_OK, "init_sized(%zu): %s", v5, ctstream_last_error());
+  intact = 1;
+  for (size_t i = v5; i < buf_size; ++i) intact &= buf[i] == 0xA5;
+  CHECK(intact && p->struct_size == v5 && p->module_classes_json == NULL && p->stored_factors == 0,
+        "init_sized(%zu) filled that layout and wrote nothing past it", v5);
+  ck = NULL;
+  CHECK(ctstream_open(path, p, &ck) == CTSTREAM_OK, "open with an ABI 5 struct: %s", ctstream_last_error());
+  ctstream_close(ck);
+}
+
+/* ABI 6: stored_entries reads a checkpoint as plain safetensors (every entry its own tensor, as
+ * stored); file_alone and stored_entries take 0 or 1. */
+static void test_stored_entries(const char* fixtures) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/ct/v020_pack_w4_g32_asym_bf16", fixtures);
+  ctstream_open_options o;
+  ctstream_open_options_init(&o);
+  CHECK(o.file_alone == 0 && o.stored_entries == 0, "init: sibling shards read, logical tensors");
+  ctstream_checkpoint *logical = NULL, *stored = NULL;
+  CHECK(ctstream_open(path, &o, &logical) == CTSTREAM_OK, "open %s: %s", path, ctstream_last_error());
+  o.stored_entries = 1;
+  o.file_alone = 1;
+  CHECK(ctstream_open(path, &o, &stored) == CTSTREAM_OK, "open stored entries: %s", ctstream_last_error());
+  if (!logical || !stored) {
+    ctstream_close(logical);
+    ctstream_close(stored);
+    return;
+  }
+  /* 17 entries in the file (its header), grouped into fewer logical tensors */
+  CHECK(ctstream_tensor_count(stored) == 17 && ctstream_tensor_count(logical) < 17, "entries %zu, tensors %zu",
+        ctstream_tensor_count(stored), ctstream_tensor_count(logical));
+  ctstream_tensor_info t, w;
+  CHECK(ctstream_find(stored, "model.layers.0.mlp.down_proj.weight_packed", &t) == CTSTREAM_OK &&
+            strcmp(t.format, "dense") == 0 && t.dtype == CTSTREAM_I32 && t.num_parts == 1,
+        "stored entry: weight_packed is a dense I32 tensor of its own");
+  CHECK(ctstream_find(stored, "model.layers.0.mlp.down_proj.weight", &t) == CTSTREAM_ERR_NOT_FOUND,
+        "stored entries have no logical weight");
+  CHECK(ctstream_find(logical, "model.layers.0.mlp.down_proj.weight", &w) == CTSTREAM_OK && w.quantized == 1,
+        "logical view: the quantized weight");
+  ctstream_close(logical);
+  ctstream_close(stored);
+  ctstream_checkpoint* ck = NULL;
+  ctstream_open_options_init(&o);
+  o.file_alone = 2;
+  CHECK(ctstream_open(path, &o, &ck) == CTSTREAM_ERR_INVALID_ARGUMENT && ck == NULL, "file_alone 2");
+  ctstream_open_options_init(&o);
+  o.stored_entries = 7;
+  CHECK(ctstream_open(path, &o, &ck) == CTSTREAM_ERR_INVALID_ARGUMENT && ck == NULL, "stored_entries 7");
   CHECK(ctstream_open_options_init_sized(NULL, sizeof o) == CTSTREAM_ERR_INVALID_ARGUMENT, "init_sized(NULL)");
 }
 
@@ -436,6 +488,7 @@ int main(int argc, char** argv) {
   test_hostile(fixtures);
   test_nul_names(fixtures);
   test_options_init(fixtures);
+  test_stored_entries(fixtures);
   test_low_rank(fixtures);
   test_class_targets(fixtures);
 

@@ -54,7 +54,7 @@
 extern "C" {
 #endif
 
-#define CTSTREAM_C_ABI_VERSION 5
+#define CTSTREAM_C_ABI_VERSION 6
 
 /** Result of every fallible call. The non-zero values mirror ctstream::ErrorKind, plus the last
  *  two for faults that only the C boundary has. */
@@ -142,6 +142,15 @@ typedef struct ctstream_open_options {
    *  base classes, as compressed-tensors matches them), copied at open. NULL (default): unknown;
    *  a module the stored parts cannot assign to one class-name group is then refused. */
   const char* module_classes_json;
+  /** ABI 6: 1 = a file an index beside it names (one shard of a saved model) is read alone: a
+   *  module the save cut between shards is then an error. 0 (default): the parts of its modules
+   *  stored in other shards are read from them, and the file lists the tensors whose values it
+   *  stores (OpenOptions::sibling_shards). */
+  uint32_t file_alone;
+  /** ABI 6: 1 = every stored entry as a tensor of its own under its own key, as safetensors lists
+   *  them (weight_packed, weight_scale, ... not grouped; config.json, decompose_config.json and
+   *  sibling shards are not read). 0 (default): the logical tensors (OpenOptions::stored_entries). */
+  uint32_t stored_entries;
 } ctstream_open_options;
 
 /** Half-open range [start, stop) along dimension `dim` (a tensor-parallel shard). A `stop`
@@ -193,8 +202,9 @@ CTSTREAM_API uint32_t ctstream_dtype_bits(ctstream_dtype dtype);
 CTSTREAM_API ctstream_status ctstream_dtype_from_name(const char* name, ctstream_dtype* out);
 
 /** Fills the first `struct_size` bytes of *options with the defaults, struct_size included:
- *  only the fields a struct of that size holds: 32 bytes (ABI 1-2), or sizeof(ctstream_open_options)
- *  of this header (ABI 4: 48 bytes on LP64; ABI 3 was never released). An unknown size
+ *  only the fields a struct of that size holds: 32 bytes (ABI 1-2), 48 (ABI 4-5, on LP64: up to
+ *  module_classes_json), or sizeof(ctstream_open_options) of this header (ABI 6: 56 bytes on LP64;
+ *  ABI 3 was never released). An unknown size
  *  (a header newer than this library) writes only struct_size, which ctstream_open then refuses;
  *  under 4 bytes nothing is written. (ABI version 4.) */
 CTSTREAM_API ctstream_status ctstream_open_options_init_sized(ctstream_open_options* options, size_t struct_size);
