@@ -196,8 +196,11 @@ static void configure(CURL* h, const HttpTarget& t, A& a, HeaderList& headers, c
     headers.add("x-amz-content-sha256: UNSIGNED-PAYLOAD");
     if (t.sign && !t.credentials.session_token.empty())
       headers.add("x-amz-security-token: " + t.credentials.session_token);
-    if (!etag.empty() && etag.rfind("W/", 0) != 0) headers.add("If-Match: " + etag);
   }
+  // The version opened, as a precondition (412 when it changed) for S3 and HTTP servers alike; a
+  // weak ETag cannot be one (If-Match compares strongly). Servers that ignore it are still checked
+  // by the answer's own ETag (http_response.cpp judge_success).
+  if (!etag.empty() && etag.rfind("W/", 0) != 0) headers.add("If-Match: " + etag);
   sigv4 = "aws:amz:" + t.region + ":s3";
 
   curl_easy_reset(h);
@@ -231,6 +234,22 @@ static void configure(CURL* h, const HttpTarget& t, A& a, HeaderList& headers, c
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &a);
 }
 
+// The validators an answer pins its object by: its ETag (strong; or weak, then compared weakly and
+// never sent as If-Match) and, without a strong one, its Last-Modified (design 3.4).
+static void pin_validators(const http::ResponseHead& hd, std::string& etag, std::string& last_modified) {
+  if (hd.etag)
+    if (auto e = http::parse_etag(*hd.etag)) etag = e->value;
+  if ((etag.empty() || etag.rfind("W/", 0) == 0) && hd.last_modified) last_modified = *hd.last_modified;
+}
+
+// The time left before `deadline` as the transfer's own limit: a server that trickles its answer
+// (above the stall rate) is cut off there, not only between attempts.
+template <class Deadline>
+static void limit_transfer(CURL* h, Deadline deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(1, left.count())));
+}
+
 uint64_t HttpClient::fetch(const HttpTarget& t, uint64_t offset, std::span<std::byte> out, ObjectInfo* pinned,
                            ObjectInfo& seen) {
   using clock = std::chrono::steady_clock;
@@ -261,6 +280,7 @@ uint64_t HttpClient::fetch(const HttpTarget& t, uint64_t offset, std::span<std::
     const std::string range = std::to_string(a.req.start) + "-" + std::to_string(a.req.start + a.req.length - 1);
     std::string sigv4;
     configure(h, t, a, headers, etag, range.c_str(), sigv4, opt_);
+    limit_transfer(h, deadline);
     requests_.fetch_add(1, std::memory_order_relaxed);
     const CURLcode rc = curl_easy_perform(h);
     bytes_.fetch_add(a.received, std::memory_order_relaxed);
@@ -285,11 +305,7 @@ uint64_t HttpClient::fetch(const HttpTarget& t, uint64_t offset, std::span<std::
         const http::Verdict& av = a.accepted_verdict;
         if (!known_size) {  // the first response pins the object
           known_size = av.total;
-          const http::ResponseHead& hd = a.acc.head();
-          if (hd.etag)
-            if (auto e = http::parse_etag(*hd.etag); e && !e->weak) etag = e->value;
-          // A weak or missing ETag: the Last-Modified date pins the object instead (design 3.4).
-          if (etag.empty() && hd.last_modified) last_modified = *hd.last_modified;
+          pin_validators(a.acc.head(), etag, last_modified);
           if (etag.empty() && last_modified.empty()) unpinned_.fetch_add(1, std::memory_order_relaxed);
         }
         done += a.received;
@@ -320,15 +336,14 @@ uint64_t HttpClient::fetch(const HttpTarget& t, uint64_t offset, std::span<std::
       HeaderList hh;
       std::string sig;
       configure(h, t, ha, hh, {}, nullptr, sig, opt_);
+      limit_transfer(h, deadline);
       requests_.fetch_add(1, std::memory_order_relaxed);
       const CURLcode hrc = curl_easy_perform(h);
       const http::ResponseHead& hd = ha.acc.head();
       if (hrc == CURLE_OK && !hd.overflow && hd.status == 200 && hd.content_length &&
           http::parse_content_length(*hd.content_length) == uint64_t{0}) {
         seen.size = 0;
-        if (hd.etag)
-          if (auto e = http::parse_etag(*hd.etag); e && !e->weak) seen.etag = e->value;
-        if (seen.etag.empty() && hd.last_modified) seen.last_modified = *hd.last_modified;
+        pin_validators(hd, seen.etag, seen.last_modified);
         return 0;
       }
     }
@@ -435,6 +450,7 @@ std::string HttpClient::get_document(const HttpTarget& t, uint64_t max_bytes) {
     HeaderList headers;
     std::string sigv4;
     configure(h, t, a, headers, {}, nullptr, sigv4, opt_, false);
+    limit_transfer(h, deadline);
     requests_.fetch_add(1, std::memory_order_relaxed);
     const CURLcode rc = curl_easy_perform(h);
     bytes_.fetch_add(a.body.size(), std::memory_order_relaxed);

@@ -73,8 +73,8 @@ struct HttpStats {
 /// byte changes) or none, the Last-Modified date.
 struct ObjectInfo {
   uint64_t size = 0;
-  std::string etag;           ///< strong, quotes kept; "" when the server sends none or a weak one
-  std::string last_modified;  ///< set only when etag is "": the Last-Modified at open ("" = none)
+  std::string etag;           ///< quotes kept, weak ones with their W/; "" when the server sends none
+  std::string last_modified;  ///< set only when etag is "" or weak: the Last-Modified at open ("" = none)
 };
 
 class HttpClient {

@@ -92,8 +92,8 @@ bool is_throttling_code(std::string_view c) noexcept {
   return false;
 }
 
-// Verdict for a 2xx head (design note 3.4).
-Verdict judge_success(const RangeRequest& req, const ResponseHead& head) {
+// Verdict for a 2xx head (design note 3.4), but for a missing ETag (judge_success).
+Verdict judge_range(const RangeRequest& req, const ResponseHead& head) {
   const int status = head.status;
   if (status != 200 && status != 206)
     return make(Action::fail, "unexpected HTTP status " + std::to_string(status) + " for a ranged GET");
@@ -102,11 +102,14 @@ Verdict judge_success(const RangeRequest& req, const ResponseHead& head) {
   if (head.etag) {
     etag = parse_etag(*head.etag);
     if (!etag) return make(Action::fail, "malformed ETag header");
-    if (!req.etag.empty() && etag->value != req.etag)
+    // A weak ETag at open is compared weakly (RFC 9110 8.8.3.2: the opaque values).
+    const auto opaque = [](std::string_view e) { return e.substr(0, 2) == "W/" ? e.substr(2) : e; };
+    const bool weak = req.etag.substr(0, 2) == "W/";
+    if (!req.etag.empty() && (weak ? opaque(etag->value) != opaque(req.etag) : etag->value != req.etag))
       return make(Action::object_changed, "object changed while reading (ETag " + printable(etag->value, 80) +
                                               ", opened as " + printable(req.etag, 80) + ")");
   }
-  if (req.etag.empty() && !req.last_modified.empty()) {
+  if (!req.last_modified.empty()) {
     // No strong ETag at open: the Last-Modified recorded then pins the object (with its size).
     const std::string_view lm = head.last_modified ? trim(*head.last_modified) : std::string_view();
     if (lm != req.last_modified) {
@@ -167,6 +170,16 @@ Verdict judge_success(const RangeRequest& req, const ResponseHead& head) {
   v.first = 0;
   v.count = total;
   v.total = total;
+  return v;
+}
+
+Verdict judge_success(const RangeRequest& req, const ResponseHead& head) {
+  Verdict v = judge_range(req, head);
+  // The version was pinned by its ETag: an answer that carries none cannot be told from another
+  // version's (said once the answer is otherwise sound, so a malformed one says what is wrong).
+  if (v.action == Action::accept && !req.etag.empty() && !head.etag)
+    return make(Action::object_changed,
+                "object changed while reading (no ETag in the answer, opened as " + printable(req.etag, 80) + ")");
   return v;
 }
 

@@ -83,7 +83,10 @@ struct RangeRequest {
   uint64_t length = 0;           ///< > 0
   bool whole_object = false;     ///< sent without a Range header (the whole object is wanted)
   std::optional<uint64_t> size;  ///< the object size recorded at open
-  std::string etag;              ///< the strong ETag recorded at open ("" = none)
+  /// The ETag recorded at open, quotes kept ("" = none): strong, or weak (`W/"..."`, compared
+  /// weakly: the opaque values). Every response must then carry it: a response without one (the
+  /// server no longer vouches for the version) is object_changed too.
+  std::string etag;
   /// The Last-Modified recorded at open when the server gave no strong ETag (a weak `W/` one or
   /// none): then every response must carry this same Last-Modified ("" = none recorded: size only).
   std::string last_modified;

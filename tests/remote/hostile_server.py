@@ -13,7 +13,8 @@ header line), redirect_loop (302 to itself), bad_xml
 cr_negative / cr_overflow (Content-Range "bytes -1-5/T" / "bytes 0-18446744073709551616/T"),
 no_length_200 (200 with neither Content-Range nor Content-Length, the body up to the close),
 weak_etag / weak_etag_flip (ETag W/"v1" and a Last-Modified that stays / changes after the first
-answer), no_etag / no_etag_flip (the same without an ETag), no_validators (neither).
+answer), no_etag / no_etag_flip (the same without an ETag), no_validators (neither), trickle (the
+head, then one byte every 0.2 s: above any stall rate, so only a limit on the whole transfer ends it).
 With a second argument DIR, GET /files/REL
 serves DIR/REL as a plain https-like server would (206 ranges, ETag from size and mtime, 404)."""
 import os
@@ -60,7 +61,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         body = DATA[a : b + 1]
         etag = '"v2"' if (mode == "etag_flip" and n > 0) else '"v1"'
-        if mode in ("stall", "header_flood", "header_huge", "header_line_huge", "redirect_loop", "bad_xml", "slowdown_forever",
+        if mode in ("stall", "trickle", "header_flood", "header_huge", "header_line_huge", "redirect_loop", "bad_xml", "slowdown_forever",
                     "cr_negative", "cr_overflow", "no_length_200"):
             self.hostile(mode, a, b, body)
             return
@@ -132,6 +133,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             for _ in range(300):  # 30 s at most; a client that gave up makes the write fail
                 threading.Event().wait(0.1)
+            self.close_connection = True
+            return
+        if mode == "trickle":  # a byte every 0.2 s, the ETag kept: sound, only slow
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {a}-{b}/{SIZE}")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("ETag", '"v1"')
+            self.end_headers()
+            try:
+                for i in range(min(len(body), 150)):  # 30 s at most
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                    threading.Event().wait(0.2)
+            except OSError:  # the client gave up
+                pass
             self.close_connection = True
             return
         if mode in ("header_flood", "header_huge", "header_line_huge"):

@@ -148,6 +148,25 @@ TEST_CASE("remote hostile: a stalled body times out, is retried, then refused", 
   CHECK(s < 10);
 }
 
+TEST_CASE("remote hostile: a body trickled above the stall rate ends at the request's time limit",
+          "[remote][hostile]") {
+  // A red-team pass: max_total_s was checked only between attempts, so a server sending a byte
+  // every 0.2 s (never a stall) held a read for as long as it liked.
+  REQUIRE_HOSTILE(h);
+  io::HttpOptions o = fast();
+  o.max_total_s = 2;
+  o.stall_timeout_s = 5;
+  io::HttpClient c(o);
+  ErrorKind kind{};
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = message_of(c, h.target("trickle", 1), 0, 1000, kind);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK_THAT(msg, Catch::Contains("(time limit)"));
+  CHECK_THAT(msg, Catch::Contains("/trickle/obj1"));
+  CHECK(s >= 1.9);
+  CHECK(s < 6);  // the 1000-byte body alone takes 200 s
+}
+
 TEST_CASE("remote hostile: header floods, redirect loops and bad error bodies are refused at once",
           "[remote][hostile]") {
   REQUIRE_HOSTILE(h);
@@ -218,14 +237,15 @@ TEST_CASE("remote hostile: negative and overflowing Content-Range, a 200 without
   CHECK(c.stats().retries == 0);
 }
 
-TEST_CASE("remote hostile: a weak or missing ETag pins Last-Modified instead", "[remote][hostile]") {
+TEST_CASE("remote hostile: a weak or missing ETag pins Last-Modified too", "[remote][hostile]") {
   REQUIRE_HOSTILE(h);
   for (const char* mode : {"weak_etag", "no_etag"}) {
     INFO(mode);
     io::HttpClient c(fast());
     const io::ObjectInfo info = c.probe(h.target(mode, 1));
     CHECK(info.size == kSize);
-    CHECK(info.etag.empty());  // a weak tag is not a pin
+    // a weak tag is pinned as well, compared weakly (it cannot be an If-Match precondition)
+    CHECK(info.etag == (std::string(mode) == "weak_etag" ? "W/\"v1\"" : ""));
     CHECK(info.last_modified == "Sun, 01 Nov 2025 08:49:37 GMT");
     std::vector<std::byte> out(1000);
     c.read(h.target(mode, 1), info, 300, out);
