@@ -1,7 +1,7 @@
 """ctstream against compressed-tensors 0.20 on checkpoints made the way users make them (the
 library's model path: apply_quantization_config, observers, compress_model, save_pretrained;
 the reference is the library's own load + decompress_model): every preset scheme on a small
-Llama, and a few multi-group configs. The whole table (185 cases): tests/presets/run_all.sh."""
+Llama, and a few multi-group configs. The whole table (174 cases): tests/presets/run_all.sh."""
 from __future__ import annotations
 
 import json
