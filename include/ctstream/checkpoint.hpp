@@ -128,9 +128,11 @@ class Checkpoint {
   const TensorInfo& at(std::string_view name) const;
 
   /// Decodes `t` (or the slice of it) into `out` as `out_dtype`.
-  /// Float tensors convert among F32/F16/BF16 (round-to-nearest-even, NaN/Inf kept); any other
-  /// dtype is copied as is and needs out_dtype == t.dtype. `out` must hold at least
-  /// decoded_bytes (of the slice); the bytes after that are left untouched.
+  /// Compressed tensors and floating tensors (F64, F32, F16, BF16, F8_*, F4; not F6, whose
+  /// element order safetensors does not define) convert to F32/F16/BF16 (round-to-nearest-even,
+  /// NaN/Inf kept); any other dtype is copied as is and needs out_dtype == t.dtype
+  /// (Error{unsupported} otherwise; output_dtype() gives the dtype to ask for). `out` must hold
+  /// at least decoded_bytes (of the slice); the bytes after that are left untouched.
   /// @return the number of bytes written.
   uint64_t decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                        const std::optional<Slice>& slice = std::nullopt) const;

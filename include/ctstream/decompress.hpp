@@ -1,5 +1,7 @@
 // ctstream — decode a whole checkpoint into one plain safetensors file (what `ctstream
-// decompress` does), streaming: peak memory is the largest decoded tensor.
+// decompress` does), streaming: each tensor is decoded in pieces of about 64 MiB
+// (Checkpoint::decode_chunked), so peak memory is one piece (one leading-dim slice when a single
+// slice is larger), not the largest decoded tensor.
 #pragma once
 #include <atomic>
 #include <cstdint>

@@ -98,8 +98,10 @@ struct TensorInfo {
 
 /// The dtype a tensor decodes to when `requested` is asked for: compressed tensors and every
 /// floating tensor convert to it; integer and bool tensors always come back as stored;
-/// nullopt gives the natural dtype (TensorInfo::dtype). The one rule every surface follows
-/// (decompress --dtype, Stream, Python dtype=, the C ABI).
+/// nullopt gives the natural dtype (TensorInfo::dtype). The rule decompress --dtype, Stream and
+/// Python dtype= apply. Checkpoint::decode_into and the C ABI take an explicit output dtype and
+/// refuse (Error{unsupported}) an integer or bool tensor asked for in another dtype: call
+/// output_dtype() first.
 DType output_dtype(const TensorInfo& t, std::optional<DType> requested) noexcept;
 
 /// A half-open range [start, stop) along one dimension, for tensor-parallel shards.

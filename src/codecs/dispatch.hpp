@@ -1,6 +1,7 @@
 // codecs — runtime instruction-set selection. The best ISA this CPU runs is detected once
 // (CPUID on x86-64; NEON is baseline on AArch64), overridable with the environment variable
-// CTSTREAM_FORCE_ISA=scalar|avx2|avx512|neon (an ISA the CPU lacks falls back to the best one).
+// CTSTREAM_FORCE_ISA=scalar|avx2|avx512|neon (an ISA the CPU or build lacks, or an unknown name,
+// is reported once on stderr and the best one runs).
 // Its kernels are one table (codecs/kernels.hpp).
 #pragma once
 

@@ -246,9 +246,11 @@ CTSTREAM_API ctstream_status ctstream_decoded_size(const ctstream_checkpoint* ck
                                                    ctstream_dtype dtype, const ctstream_slice* slice,
                                                    uint64_t* out_bytes);
 /** Decodes tensor `name` (or the slice of it; `slice` may be NULL) into out[0, out_size) as
- *  `dtype`, C-contiguous. Float tensors convert among F32/F16/BF16 (round-to-nearest-even);
- *  any other tensor needs dtype == its natural dtype. `written` (may be NULL) receives the byte
- *  count. Bytes of `out` past that are left untouched. */
+ *  `dtype`, C-contiguous. Compressed tensors and floating tensors (F64, F32, F16, BF16, F8_*,
+ *  F4; not F6) convert to F32/F16/BF16 (round-to-nearest-even); an integer or bool tensor needs
+ *  dtype == its natural dtype (CTSTREAM_ERR_UNSUPPORTED otherwise, unlike Python's dtype=, which
+ *  returns such a tensor as stored). `written` (may be NULL) receives the byte count. Bytes of
+ *  `out` past that are left untouched. */
 CTSTREAM_API ctstream_status ctstream_decode_into(const ctstream_checkpoint* ckpt, const char* name, void* out,
                                                   uint64_t out_size, ctstream_dtype dtype, const ctstream_slice* slice,
                                                   uint64_t* written);
