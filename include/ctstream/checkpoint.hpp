@@ -176,8 +176,12 @@ class Checkpoint {
   /// Copies one stored part's raw bytes into `out` (any io mode). @return bytes written.
   uint64_t read_part(const TensorPart& p, std::span<std::byte> out) const;
 
-  /// The files that make up the checkpoint (shards), index = TensorPart::file.
+  /// The files that make up the checkpoint (shards), index = TensorPart::file. A remote one by its
+  /// URL without query or fragment (a presigned URL's signature is never shown).
   std::span<const std::filesystem::path> files() const noexcept;
+  /// The path or URL the checkpoint was opened from, as messages name it (a URL without its query
+  /// or fragment).
+  const std::string& name() const noexcept;
   /// A file open() read, with the identity (st_dev, st_ino) it had when it was read.
   struct SourceFile {
     std::filesystem::path path;

@@ -75,17 +75,24 @@ ShardSet discover_remote_shards(const std::string& url, uint64_t max_json) {
   const io::Url u = io::parse_url(url);  // refuses what cannot be a location
   ShardSet lay;
   const std::string display = io::redact_url(url);
+  // The objects beside the one named are asked for by the URL without its query and fragment
+  // (http(s): a presigned URL's signature is for its own object, and config.json cut into the
+  // query was no sibling at all), built from the parsed URL, whose path `last` was taken from (an
+  // s3:// key is literal text, '?' and '#' included).
+  io::Url bu = u;
+  bu.query.clear();
+  const std::string base = io::to_string(bu);
   const std::string last = u.path.substr(u.path.rfind('/') == std::string::npos ? 0 : u.path.rfind('/') + 1);
   if (ends_with(last, kWeightsSuffix) && last.size() > kWeightsSuffix.size()) {
     if (!exists(url)) throw Error(ErrorKind::file_not_found, display, "", "no such object");
     lay.files.emplace_back(url);
-    const std::string dir = url.substr(0, url.size() - last.size());
+    const std::string dir = base.substr(0, base.size() - last.size());
     lay.config_path = optional_object(dir + std::string(kConfigName));
     lay.decompose_path = optional_object(dir + std::string(kDecomposeConfigName));
     return lay;
   }
-  std::string dir = url;
-  if (dir.back() != '/') dir += '/';
+  std::string dir = base;
+  if (dir.empty() || dir.back() != '/') dir += '/';
   lay.config_path = optional_object(dir + std::string(kConfigName));
   lay.decompose_path = optional_object(dir + std::string(kDecomposeConfigName));
   const std::string index = dir + std::string(kIndexName);

@@ -22,9 +22,9 @@ HttpTarget remote_target(std::string_view url) {
   return http_target(u);
 }
 
-RemoteFile::RemoteFile(HttpTarget target, ObjectInfo info, HttpClient& client, std::string url,
+RemoteFile::RemoteFile(HttpTarget target, ObjectInfo info, HttpClient& client, std::string name,
                        RemoteCacheOptions cache)
-    : File(std::move(url), info.size, Mode::remote),
+    : File(std::move(name), info.size, Mode::remote),
       target_(std::move(target)),
       info_(std::move(info)),
       client_(client),
@@ -36,7 +36,8 @@ RemoteFile::RemoteFile(HttpTarget target, ObjectInfo info, HttpClient& client, s
 std::unique_ptr<RemoteFile> RemoteFile::open(std::string_view url, HttpClient& client) {
   HttpTarget t = remote_target(url);
   ObjectInfo info = client.probe(t);
-  return std::make_unique<RemoteFile>(std::move(t), std::move(info), client, std::string(url));
+  std::string name = t.display;  // path(): what messages and listings show (never the query)
+  return std::make_unique<RemoteFile>(std::move(t), std::move(info), client, std::move(name));
 }
 
 void RemoteFile::fetch(uint64_t offset, std::span<std::byte> out) const {

@@ -49,8 +49,9 @@ class RemoteFile final : public File {
   /// Opens `url` (s3:// with the AWS configuration of load_s3_config(), or http(s)://): one probe
   /// request pins size and ETag. Error{file_not_found} for a missing object, Error{io} otherwise.
   static std::unique_ptr<RemoteFile> open(std::string_view url, HttpClient& client = default_http_client());
-  /// Opens an object whose target and pinned size/ETag are already known (no request).
-  RemoteFile(HttpTarget target, ObjectInfo info, HttpClient& client, std::string url,
+  /// Opens an object whose target and pinned size/ETag are already known (no request). `name` is
+  /// path(), what messages show: the redacted URL (target.display), never its query.
+  RemoteFile(HttpTarget target, ObjectInfo info, HttpClient& client, std::string name,
              RemoteCacheOptions cache = RemoteCacheOptions::from_env());
   ~RemoteFile() override;
 

@@ -156,8 +156,14 @@ void check_low_rank_size(const Checkpoint::Impl& ck, const TensorInfo& t, const 
 
 }  // namespace
 
+// What names the checkpoint in messages and listings: a remote URL without its query (a presigned
+// URL's signature) or credentials, a local path as given.
+static std::string shown(const fs::path& p) {
+  return io::is_remote_url(p.native()) ? io::redact_url(p.native()) : p.string();
+}
+
 Checkpoint Checkpoint::open(const fs::path& path, const OpenOptions& options) {
-  return detail::at_boundary(path.string(), "", [&] { return open_impl(path, options); });
+  return detail::at_boundary(shown(path), "", [&] { return open_impl(path, options); });
 }
 
 Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& options) {
@@ -166,14 +172,14 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   auto ck = std::make_unique<Impl>();
   ck->serial = ++serials;
   ck->opt = options;
-  ck->opened = path.string();
+  ck->opened = shown(path);
   const bool remote = io::is_remote_url(path.native());  // before any std::filesystem call
 #ifdef CTSTREAM_HAVE_REMOTE
   format::ShardSet lay = remote ? format::discover_remote_shards(path.native(), options.max_json_bytes)
                                 : format::discover_shards(path, options.max_json_bytes);
 #else
   if (remote)
-    throw Error(ErrorKind::unsupported, path.native(), "",
+    throw Error(ErrorKind::unsupported, shown(path), "",
                 "s3:// and http(s):// checkpoints need a build with -DCTSTREAM_REMOTE=ON (and libcurl)");
   format::ShardSet lay = format::discover_shards(path, options.max_json_bytes);
 #endif
@@ -196,6 +202,7 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
       lay.files[0] == path)
     format::add_sibling_shards(lay, path, ck->config, options.max_json_bytes);
   ck->paths = lay.files;
+  for (fs::path& p : ck->paths) p = shown(p);  // a remote file is read by its own URL (io::RemoteFile)
   if (!lay.index_path.empty()) add_source(lay.index_id);
   if (!lay.config_path.empty()) add_source(config_id);
   std::vector<format::RawTensor> raw = read_headers(*ck, lay, remote);
@@ -525,6 +532,7 @@ uint64_t Checkpoint::read_part(const TensorPart& p, std::span<std::byte> out) co
 }
 
 std::span<const fs::path> Checkpoint::files() const noexcept { return impl_->paths; }
+const std::string& Checkpoint::name() const noexcept { return impl_->opened; }
 std::span<const Checkpoint::SourceFile> Checkpoint::source_files() const noexcept { return impl_->sources; }
 
 const std::map<std::string, std::string>& Checkpoint::file_metadata(uint32_t file) const {

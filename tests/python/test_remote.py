@@ -255,3 +255,31 @@ def test_http_url_open_and_pull(web, tmp_path):
     assert sorted(os.listdir(d)) == ["config.json", "generation_config.json"]
     with open(os.path.join(d, "config.json"), "rb") as f, open(os.path.join(CASES["cls"], "config.json"), "rb") as g:
         assert f.read() == g.read()
+
+
+def test_a_url_query_is_its_own_objects_and_never_shown(web, tmp_path):
+    # A red-team pass: a query or fragment (a presigned URL's signature, a CDN token) was cut into
+    # the sibling config.json's URL, so the checkpoint opened as its raw parts without an error,
+    # and ck.files / errors printed the signature. Siblings are now asked for without it (a static
+    # server, as here, ignores it), and names never carry it.
+    from ctstream import _remote
+
+    sig = "?X-Amz-Credential=SECRETID&X-Amz-Signature=SECRETSIG"
+    for case in ("pack", "cls"):  # cls: module classes from the remote config.json (Python's reading)
+        for tail in ("/model.safetensors" + sig, "/model.safetensors#SECRETFRAG", sig):
+            url = f"{web}/{case}{tail}"
+            with ctstream.open(url, framework="numpy") as remote, \
+                    ctstream.open(CASES[case], framework="numpy") as local:
+                assert remote.keys() == local.keys(), url
+                for name in local.keys():
+                    assert remote.get(name).tobytes() == local.get(name).tobytes(), (url, name)
+                assert all("SECRET" not in f for f in remote.files)
+                with pytest.raises(KeyError) as e:
+                    remote.get("no.such.tensor")
+                assert "SECRET" not in str(e.value)
+    with pytest.raises(ctstream.Error) as e:
+        ctstream.open(f"{web}/nothing/model.safetensors{sig}")
+    assert "SECRET" not in str(e.value) and "127.0.0.1" in str(e.value)
+    assert _remote.directory_of(f"{web}/pack/model.safetensors{sig}") == f"{web}/pack/"
+    d = _remote.pull_model_files(f"{web}/cls/model.safetensors{sig}", str(tmp_path))
+    assert "config.json" in os.listdir(d)

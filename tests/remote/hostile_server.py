@@ -16,7 +16,8 @@ weak_etag / weak_etag_flip (ETag W/"v1" and a Last-Modified that stays / changes
 answer), no_etag / no_etag_flip (the same without an ETag), no_validators (neither), trickle (the
 head, then one byte every 0.2 s: above any stall rate, so only a limit on the whole transfer ends it).
 With a second argument DIR, GET /files/REL
-serves DIR/REL as a plain https-like server would (206 ranges, ETag from size and mtime, 404)."""
+serves DIR/REL as a plain https-like server would (206 ranges, ETag from size and mtime, 404; a query
+is ignored, as a static file server or a CDN ignores one it does not check)."""
 import os
 import http.server
 import re
@@ -208,7 +209,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
 
     def serve_file(self, a, b):
-        rel = self.path.split("/", 2)[2]
+        rel = self.path.split("?", 1)[0].split("#", 1)[0].split("/", 2)[2]  # a query names no file
         path = os.path.realpath(os.path.join(ROOT, rel))
         if not ROOT or not path.startswith(ROOT + os.sep) or not os.path.isfile(path):
             self.send_response(404)

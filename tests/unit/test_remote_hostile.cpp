@@ -100,6 +100,55 @@ TEST_CASE("remote hostile: endless, long and range-ignoring bodies are refused",
   CHECK(c.stats().retries == 0);  // a hostile answer is not retried
 }
 
+TEST_CASE("remote: an http(s) URL's query is its own object's: siblings are asked for without it, never shown",
+          "[remote][hostile]") {
+  // A red-team pass: the sibling config.json's URL was cut from the raw URL, so a query or a
+  // fragment lost it (a compressed checkpoint opened as its raw parts, without an error) or put
+  // it inside the query; and the query -- a presigned URL's signature -- was printed by errors,
+  // files() and inspect.
+  REQUIRE_HOSTILE(h);
+  const std::string base = "http://127.0.0.1:" + std::to_string(h.port) + "/files/";
+  const std::string dir = "ct/v012_pack_w4_g32_sym_bf16";
+  const auto local = ctstream::Checkpoint::open(th::fixtures() / dir / "model.safetensors");
+  REQUIRE(local.config_info().compressed_tensors);
+  const auto no_secret = [](const std::string& s) { return s.find("SECRET") == std::string::npos; };
+  for (const std::string& tail :
+       {std::string("/model.safetensors?X-Amz-Signature=SECRETSIG&X-Amz-Credential=SECRETID"),
+        std::string("/model.safetensors#SECRETFRAG"), std::string("/model.safetensors?token=SECRET#frag"),
+        std::string("?token=SECRET"), std::string("/?token=SECRET")}) {
+    INFO(tail);
+    const auto remote = ctstream::Checkpoint::open(base + dir + tail);
+    CHECK(remote.config_info().compressed_tensors);
+    CHECK(no_secret(remote.config_info().file.string()));
+    REQUIRE(remote.tensors().size() == local.tensors().size());
+    th::check_same_decodes(local, remote);
+    CHECK(no_secret(remote.name()));
+    CHECK(remote.name().find("/files/" + dir) != std::string::npos);
+    for (const auto& f : remote.files()) CHECK(no_secret(f.string()));
+    for (const auto& f : remote.source_files()) CHECK(no_secret(f.path.string()));
+    try {
+      remote.at("no.such.tensor");
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(no_secret(e.what()));
+      CHECK(no_secret(e.file()));
+    }
+  }
+  // errors name the URL without its query: a missing object, a malformed header
+  for (const std::string& name : {std::string("nothing/model.safetensors"), std::string("nothing"),
+                                  std::string("../corrupt/hdr_bad_json.safetensors")}) {
+    try {
+      ctstream::Checkpoint::open(base + "ct/" + name + "?sig=SECRETSIG");
+      FAIL("no error");
+    } catch (const Error& e) {
+      INFO(e.what());
+      CHECK(no_secret(e.what()));
+      CHECK(no_secret(e.file()));
+      CHECK(std::string(e.what()).find("127.0.0.1") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("remote hostile: a changed ETag, throttling", "[remote][hostile]") {
   REQUIRE_HOSTILE(h);
   io::HttpClient c(fast());

@@ -133,7 +133,7 @@ int cmd_bench(int argc, char** argv) {
       ckpt.options().threads ? ckpt.options().threads : static_cast<unsigned>(omp_get_max_threads());
   if (a.has("--json")) {
     nlohmann::ordered_json j;
-    j["path"] = a.pos[0];
+    j["path"] = ckpt.name();
     j["isa"] = ctstream::active_isa();
     j["threads"] = threads;
     j["dtype"] = std::string(ctstream::dtype_name(out));
@@ -163,7 +163,7 @@ int cmd_bench(int argc, char** argv) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("%s: %zu tensors, stored %s -> %s %s; ISA %s, threads %u\n", a.pos[0].c_str(), ckpt.tensors().size(),
+  std::printf("%s: %zu tensors, stored %s -> %s %s; ISA %s, threads %u\n", ckpt.name().c_str(), ckpt.tensors().size(),
               human_bytes(in_bytes).c_str(), human_bytes(out_bytes).c_str(),
               std::string(ctstream::dtype_name(out)).c_str(), ctstream::active_isa(), threads);
   std::printf(

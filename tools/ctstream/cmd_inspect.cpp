@@ -19,7 +19,7 @@ int cmd_inspect(int argc, char** argv) {
   }
   if (a.has("--json")) {
     nlohmann::ordered_json j;
-    j["path"] = a.pos[0];
+    j["path"] = ckpt.name();
     j["files"] = nlohmann::json::array();
     for (const auto& f : ckpt.files()) j["files"].push_back(f.string());
     const ctstream::ConfigInfo& ci = ckpt.config_info();

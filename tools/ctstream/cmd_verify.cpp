@@ -38,8 +38,8 @@ int cmd_verify(int argc, char** argv) {
       std::printf("problem [%s]: %s\n", std::string(ctstream::error_kind_name(e.kind())).c_str(), e.what());
     }
   }
-  std::printf("%s: %zu tensors decoded (%s), %zu problem(s), %zu tensor(s) with non-finite values\n", a.pos[0].c_str(),
-              ckpt.tensors().size(), human_bytes(bytes).c_str(), problems, nonfinite_tensors);
+  std::printf("%s: %zu tensors decoded (%s), %zu problem(s), %zu tensor(s) with non-finite values\n",
+              ckpt.name().c_str(), ckpt.tensors().size(), human_bytes(bytes).c_str(), problems, nonfinite_tensors);
   return problems ? 1 : 0;
 }
 

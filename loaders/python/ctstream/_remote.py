@@ -42,9 +42,20 @@ def is_remote(path) -> bool:
     return isinstance(path, str) and path[:8].lower().startswith(_SCHEMES)
 
 
+def shown(url: str) -> str:
+    """A URL as the reader names it (``Checkpoint.files``, messages): without its query and
+    fragment (src/io/url.cpp redact_url: a presigned URL's signature is never shown)."""
+    cut = [i for i in (url.find("?"), url.find("#")) if i >= 0]
+    return url[: min(cut)] if cut else url
+
+
 def directory_of(url: str) -> str:
     """The prefix a checkpoint URL names, with a trailing '/': the URL itself, or the folder of a
-    ``*.safetensors`` object (where the reader looks for config.json)."""
+    ``*.safetensors`` object (where the reader looks for config.json). An http(s) URL's query and
+    fragment are its own object's: the objects beside it are asked for without them, as the reader
+    does (src/format/remote_shards.cpp); an s3:// key is literal text."""
+    if not url[:5].lower() == "s3://":
+        url = shown(url)
     if url.endswith(".safetensors"):
         return url[: url.rfind("/") + 1]
     return url if url.endswith("/") else url + "/"

@@ -86,7 +86,8 @@ def _source(files_or_dir: Union[PathLike, Iterable[PathLike]]) -> Tuple[str, Opt
         raise ValueError("weights_iterator: empty list of weight files")
     # object URLs are names, not paths: never abspath/realpath'ed (see _key)
     files = [f if _remote.is_remote(f) else os.path.abspath(f) for f in files]
-    dirs = {f[: f.rfind("/")] if _remote.is_remote(f) else os.path.dirname(f) for f in files}
+    dirs = {_remote.shown(f)[: _remote.shown(f).rfind("/")] if _remote.is_remote(f) else os.path.dirname(f)
+            for f in files}
     if len(dirs) != 1:
         raise ValueError(f"weights_iterator: weight files span several directories: {sorted(dirs)}")
     return dirs.pop(), {_key(f) for f in files}
@@ -94,8 +95,8 @@ def _source(files_or_dir: Union[PathLike, Iterable[PathLike]]) -> Tuple[str, Opt
 
 def _key(f: str) -> str:
     """How a weight file is compared with the checkpoint's own file list: a local path resolved
-    (symlinks, relative parts), an object URL as it is."""
-    return f if _remote.is_remote(f) else os.path.realpath(f)
+    (symlinks, relative parts), an object URL as the reader names it (without a query)."""
+    return _remote.shown(f) if _remote.is_remote(f) else os.path.realpath(f)
 
 
 def _skip_expert(name: str, local_expert_ids: Optional[Set[int]]) -> bool:
