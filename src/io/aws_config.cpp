@@ -1,5 +1,7 @@
 #include "io/aws_config.hpp"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <vector>
 
@@ -195,16 +197,27 @@ S3Config resolve_s3_config(const EnvMap& env, const AwsFiles& files, bool force_
   const IniFile config = parse_aws_ini(files.config, files.config_name);
   S3Config out;
 
-  // Profile: AWS_PROFILE, else "default" ("Shared config and credentials files", AWS SDKs and
-  // Tools Reference Guide). A profile asked for by name must exist in one of the files.
-  const std::string* named = env_get(env, "AWS_PROFILE");
+  // Profile: AWS_PROFILE ("Shared config and credentials files", AWS SDKs and Tools Reference
+  // Guide), or AWS_DEFAULT_PROFILE (botocore reads it first: configprovider.py, 'profile'), else
+  // "default". Both set to different profiles is refused: boto3 would sign as one, the AWS CLI and
+  // the other SDKs as the other. A profile asked for by name must exist in one of the files.
+  const std::string* by_profile = env_get(env, "AWS_PROFILE");
+  const std::string* by_default = env_get(env, "AWS_DEFAULT_PROFILE");
+  if (by_profile && by_default && *by_profile != *by_default)
+    throw Error(ErrorKind::invalid_config, "AWS_PROFILE", "",
+                "AWS_PROFILE ('" + by_profile->substr(0, 64) + "') and AWS_DEFAULT_PROFILE ('" +
+                    by_default->substr(0, 64) +
+                    "') name different profiles (boto3 takes the second, the AWS CLI v2 and other SDKs the "
+                    "first): set one");
+  const std::string* named = by_profile ? by_profile : by_default;
+  const char* named_by = by_profile ? "AWS_PROFILE" : "AWS_DEFAULT_PROFILE";
   out.profile = named ? *named : "default";
   const IniSection* cred_sec = section(creds, out.profile);
   const IniSection* conf_sec = config_profile(config, out.profile);
   if (named && !cred_sec && !conf_sec)
     throw Error(ErrorKind::invalid_config, files.config_name, "",
-                "AWS_PROFILE names profile '" + out.profile.substr(0, 64) + "', which neither " + files.config_name +
-                    " nor " + files.credentials_name + " has");
+                std::string(named_by) + " names profile '" + out.profile.substr(0, 64) + "', which neither " +
+                    files.config_name + " nor " + files.credentials_name + " has");
   const std::string conf_where = files.config_name + " [" + out.profile + "]";
   const std::string cred_where = files.credentials_name + " [" + out.profile + "]";
 
@@ -341,6 +354,13 @@ std::filesystem::path aws_config_path(const EnvMap& env) {
   return expand_home(env, p ? std::string_view(*p) : "~/.aws/config");
 }
 
+// Whether `p` is the null device (a character device of /dev/null's number, whatever its name).
+static bool is_dev_null(const std::filesystem::path& p) {
+  struct stat a {
+  }, b{};
+  return ::stat(p.c_str(), &a) == 0 && S_ISCHR(a.st_mode) && ::stat("/dev/null", &b) == 0 && a.st_rdev == b.st_rdev;
+}
+
 EnvMap aws_environment() {
   EnvMap env;
   for (char** e = environ; e && *e; ++e) {
@@ -361,8 +381,10 @@ S3Config load_s3_config(bool force_anonymous) {
   files.credentials_name = cp.string();
   files.config_name = fp.string();
   FileIdentity id;
-  if (identify(cp, id)) files.credentials = read_small_file(cp, max_ini_bytes);
-  if (identify(fp, id)) files.config = read_small_file(fp, max_ini_bytes);
+  // /dev/null (how CI and containers keep a user's files out, as the SDKs allow) reads as empty;
+  // any other file that is not a regular one is still refused (a FIFO would block, /dev/zero never end).
+  if (identify(cp, id) && !is_dev_null(cp)) files.credentials = read_small_file(cp, max_ini_bytes);
+  if (identify(fp, id) && !is_dev_null(fp)) files.config = read_small_file(fp, max_ini_bytes);
   return resolve_s3_config(env, files, force_anonymous);
 }
 

@@ -120,6 +120,24 @@ def test_a_wrong_secret_is_refused_without_showing_it(s3, monkeypatch):
     assert "not-the-secret-either" not in msg and SECRET not in msg
 
 
+def test_aws_files_at_dev_null_read_as_empty(s3, monkeypatch):
+    # How CI and containers keep a user's ~/.aws out (boto3 reads /dev/null as empty); a red-team
+    # pass: every s3:// open failed with "/dev/null: not a regular file".
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+    with ctstream.open("s3://bkt/pack", framework="numpy") as remote, \
+            ctstream.open(CASES["pack"], framework="numpy") as local:
+        assert remote.keys() == local.keys()
+    fifo = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ctstream-fifo-{os.getpid()}")
+    os.mkfifo(fifo)
+    try:  # any other file that is not a regular one is still refused (a FIFO would block)
+        monkeypatch.setenv("AWS_CONFIG_FILE", fifo)
+        with pytest.raises(ctstream.Error, match="not a regular file"):
+            ctstream.open("s3://bkt/pack")
+    finally:
+        os.unlink(fifo)
+
+
 def test_a_missing_prefix_is_file_not_found(s3):
     with pytest.raises(ctstream.Error) as e:
         ctstream.open("s3://bkt/no-such-model")

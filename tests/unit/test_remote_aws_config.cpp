@@ -122,6 +122,16 @@ TEST_CASE("AWS credentials: environment, credentials file, config file, anonymou
   c = resolve_s3_config({}, files(cred_file, conf_file));
   CHECK(c.credentials.access_key_id == "AKIDFILE");
   CHECK(c.credentials.session_token.empty());
+  // AWS_DEFAULT_PROFILE, which botocore reads (a red-team pass: it was ignored, and [default]'s
+  // keys signed as another identity); with AWS_PROFILE naming another profile, refused
+  c = resolve_s3_config({{"AWS_DEFAULT_PROFILE", "dev"}}, files(cred_file, conf_file));
+  CHECK(c.credentials.access_key_id == "AKIDDEV");
+  CHECK(c.profile == "dev");
+  c = resolve_s3_config({{"AWS_DEFAULT_PROFILE", "dev"}, {"AWS_PROFILE", "dev"}}, files(cred_file, conf_file));
+  CHECK(c.credentials.access_key_id == "AKIDDEV");
+  CHECK(resolve_error({{"AWS_DEFAULT_PROFILE", "dev"}, {"AWS_PROFILE", "cfg"}}, files(cred_file, conf_file)) ==
+        ErrorKind::invalid_config);
+  CHECK(resolve_error({{"AWS_DEFAULT_PROFILE", "nope"}}, files(cred_file, conf_file)) == ErrorKind::invalid_config);
   // then the config file's `[profile NAME]`
   c = resolve_s3_config({{"AWS_PROFILE", "cfg"}}, files(cred_file, conf_file));
   CHECK(c.credentials.access_key_id == "AKIDCFG");
