@@ -1,11 +1,13 @@
 // format — which objects make up a remote checkpoint (see discover_remote_shards in shards.hpp).
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "ctstream/error.hpp"
 #include "format/file_names.hpp"
 #include "format/shards.hpp"
+#include "io/http_response.hpp"
 #include "io/remote_file.hpp"
 #include "io/s3_list.hpp"
 #include "io/url.hpp"
@@ -30,6 +32,21 @@ bool exists(const std::string& url) {
 }
 
 std::string optional_object(const std::string& url) { return exists(url) ? url : std::string(); }
+
+// An object whose absence only changes the view, loudly (decompose_config.json: the factors under
+// their own names) or whose presence the rest of the discovery settles (the index: without it the
+// prefix is listed): on s3://, a 403 AccessDenied for it counts as absent, which is what S3 answers
+// for a missing key to a caller without s3:ListBucket (a read-only policy on bucket/prefix/*).
+// config.json is never read this way: without it every tensor would read as stored, silently.
+template <class F>
+auto unless_denied(const io::Url& u, F&& probe) -> decltype(probe()) {
+  try {
+    return probe();
+  } catch (const io::http::AccessDenied&) {
+    if (u.scheme != io::UrlScheme::s3) throw;
+    return {};
+  }
+}
 
 // An s3:// prefix without model.safetensors.index.json: its objects listed (ListObjectsV2), then
 // the rules of the local discover_shards over a directory: one other *.safetensors.index.json is
@@ -88,24 +105,24 @@ ShardSet discover_remote_shards(const std::string& url, uint64_t max_json) {
     lay.files.emplace_back(url);
     const std::string dir = base.substr(0, base.size() - last.size());
     lay.config_path = optional_object(dir + std::string(kConfigName));
-    lay.decompose_path = optional_object(dir + std::string(kDecomposeConfigName));
+    lay.decompose_path = unless_denied(u, [&] { return optional_object(dir + std::string(kDecomposeConfigName)); });
     return lay;
   }
   std::string dir = base;
   if (dir.empty() || dir.back() != '/') dir += '/';
   lay.config_path = optional_object(dir + std::string(kConfigName));
-  lay.decompose_path = optional_object(dir + std::string(kDecomposeConfigName));
+  lay.decompose_path = unless_denied(u, [&] { return optional_object(dir + std::string(kDecomposeConfigName)); });
   const std::string index = dir + std::string(kIndexName);
-  std::string text;
+  std::optional<std::string> text;  // none: no index (missing, or denied on s3://)
   try {
-    text = io::read_small_remote(index, max_json);
-    lay.index_path = index;
+    text = unless_denied(u, [&]() -> std::optional<std::string> { return io::read_small_remote(index, max_json); });
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::file_not_found) throw;
   }
-  if (!lay.index_path.empty()) {
+  if (text) {
+    lay.index_path = index;
     lay.index_id.path = index;
-    fill_from_index(lay, text, [&](const std::string& shard) {
+    fill_from_index(lay, *text, [&](const std::string& shard) {
       // An s3:// key is literal text; an http(s) path is percent-encoded.
       const std::string p = dir + (u.scheme == io::UrlScheme::s3 ? shard : io::uri_encode(shard, true));
       return std::filesystem::path(exists(p) ? p : std::string());
@@ -113,7 +130,15 @@ ShardSet discover_remote_shards(const std::string& url, uint64_t max_json) {
     return lay;
   }
   if (u.scheme == io::UrlScheme::s3) {
-    discover_listed(lay, u, dir, display, max_json);
+    try {
+      discover_listed(lay, u, dir, display, max_json);
+    } catch (const io::http::AccessDenied& e) {
+      throw Error(ErrorKind::io, e.file(), "",
+                  "listing the prefix was denied (403 AccessDenied): a prefix without "
+                  "model.safetensors.index.json is listed, which needs s3:ListBucket; open its *.safetensors "
+                  "object directly otherwise (" +
+                      std::string(e.what()) + ")");
+    }
     return lay;
   }
   const std::string single = dir + "model.safetensors";

@@ -364,8 +364,7 @@ void HttpClient::retry_or_throw(
   // the reason may quote the server (its error <Message>, a header): never a credential it echoes
   v.reason = redact_secrets(
       std::move(v.reason), {t.credentials.access_key_id, t.credentials.secret_access_key, t.credentials.session_token});
-  if (v.action != http::Action::retry && v.action != http::Action::retry_throttled)
-    throw http::verdict_error(v, t.display);
+  if (v.action != http::Action::retry && v.action != http::Action::retry_throttled) http::throw_verdict(v, t.display);
   const bool throttled = v.action == http::Action::retry_throttled;
   const double base = opt_.backoff_base_s * (throttled ? 10 : 1);
   const double cap = std::min(opt_.backoff_cap_s, base * std::ldexp(1.0, std::min(attempt, 30)));

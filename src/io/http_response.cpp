@@ -452,4 +452,10 @@ Error verdict_error(const Verdict& v, std::string_view url) {
   return Error(kind, redact_url(url), "", v.reason.empty() ? std::string(action_name(v.action)) : v.reason);
 }
 
+void throw_verdict(const Verdict& v, std::string_view url) {
+  Error e = verdict_error(v, url);
+  if (v.action == Action::denied && v.s3_code == "AccessDenied") throw AccessDenied(std::move(e));
+  throw e;
+}
+
 }  // namespace ctstream::io::http

@@ -144,4 +144,14 @@ std::string extract_s3_error_message(std::string_view body);
 /// not_found, truncated or io (denied, object changed, hostile responses, exhausted retries).
 Error verdict_error(const Verdict& v, std::string_view url);
 
+/// verdict_error's error for S3's 403 AccessDenied: what S3 answers for a key the caller may not
+/// read, and for a missing key when the caller may not list the bucket (no s3:ListBucket). Its own
+/// type, so that the discovery of a checkpoint's optional objects can tell it from other faults.
+class AccessDenied : public Error {
+ public:
+  explicit AccessDenied(Error e) : Error(std::move(e)) {}
+};
+/// Throws verdict_error(v, url), as AccessDenied where it is one.
+[[noreturn]] void throw_verdict(const Verdict& v, std::string_view url);
+
 }  // namespace ctstream::io::http

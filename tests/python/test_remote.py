@@ -301,3 +301,32 @@ def test_a_url_query_is_its_own_objects_and_never_shown(web, tmp_path):
     assert _remote.directory_of(f"{web}/pack/model.safetensors{sig}") == f"{web}/pack/"
     d = _remote.pull_model_files(f"{web}/cls/model.safetensors{sig}", str(tmp_path))
     assert "config.json" in os.listdir(d)
+
+
+def test_a_caller_without_list_bucket(monkeypatch, tmp_path):
+    # S3 answers a missing key with 403 AccessDenied to a caller without s3:ListBucket (a read-only
+    # policy on bucket/prefix/*); the hostile server's `s3deny` bucket does so. A red-team pass: the
+    # optional objects' probes (decompose_config.json, the index, tokenizer files) took it as fatal.
+    from ctstream import _remote
+
+    root = tmp_path / "root"
+    shutil.copytree(CASES["sharded"], root / "sharded")
+    with servers.hostile_serve(root) as port:
+        empty = tmp_path / "empty"
+        empty.write_text("")
+        for k, v in {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret-example-0123456789",
+                     "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_REGION": "us-east-1",
+                     "AWS_CONFIG_FILE": str(empty), "AWS_SHARED_CREDENTIALS_FILE": str(empty),
+                     "CTSTREAM_S3_MAX_ATTEMPTS": "2"}.items():
+            monkeypatch.setenv(k, v)
+        for k in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+            monkeypatch.delenv(k, raising=False)
+        with ctstream.open("s3://s3deny/sharded", framework="numpy") as remote, \
+                ctstream.open(CASES["sharded"], framework="numpy") as local:
+            assert remote.keys() == local.keys()
+            for name in local.keys():
+                assert remote.get(name).tobytes() == local.get(name).tobytes(), name
+        d = _remote.pull_model_files("s3://s3deny/sharded", str(tmp_path / "pulled"))
+        assert sorted(os.listdir(d)) == ["config.json", "model.safetensors.index.json"]
+        with pytest.raises(ctstream.Error, match="403"):  # config.json denied is never absent
+            _remote.pull_model_files("s3://s3deny/nothing", str(tmp_path / "pulled2"))

@@ -17,7 +17,9 @@ answer), no_etag / no_etag_flip (the same without an ETag), no_validators (neith
 head, then one byte every 0.2 s: above any stall rate, so only a limit on the whole transfer ends it).
 With a second argument DIR, GET /files/REL
 serves DIR/REL as a plain https-like server would (206 ranges, ETag from size and mtime, 404; a query
-is ignored, as a static file server or a CDN ignores one it does not check)."""
+is ignored, as a static file server or a CDN ignores one it does not check). As an S3 endpoint,
+bucket `s3deny` serves DIR the way S3 answers a caller with s3:GetObject but not s3:ListBucket:
+the files that exist, and 403 AccessDenied for a missing key and for a listing."""
 import os
 import http.server
 import re
@@ -42,15 +44,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with lock:
             n = counts.get(self.path, 0)
             counts[self.path] = n + 1
-        mode = self.path.strip("/").split("/")[0]
+        mode = self.path.split("?", 1)[0].strip("/").split("/")[0]
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        if mode == "s3deny" and (not m or not self.file_of(self.path)):
+            body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+                    b'<Message>Access Denied</Message><RequestId>1</RequestId></Error>')
+            self.send_response(403)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if mode == "bad_xml" and not m:  # also answers plain GETs (HttpClient::get_document)
             self.hostile(mode, 0, 0, b"")
             return
         if not m:
             self.send_error(400)
             return
-        if mode == "files":
+        if mode in ("files", "s3deny"):
             self.serve_file(int(m.group(1)), int(m.group(2)))
             return
         a, b = int(m.group(1)), min(int(m.group(2)), SIZE - 1)
@@ -208,10 +219,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
 
+    @staticmethod
+    def file_of(url_path):
+        """DIR/REL for /MODE/REL (a query names no file), or None where there is no such file."""
+        parts = url_path.split("?", 1)[0].split("#", 1)[0].split("/", 2)
+        if len(parts) < 3 or not ROOT:
+            return None
+        path = os.path.realpath(os.path.join(ROOT, parts[2]))
+        return path if path.startswith(ROOT + os.sep) and os.path.isfile(path) else None
+
     def serve_file(self, a, b):
-        rel = self.path.split("?", 1)[0].split("#", 1)[0].split("/", 2)[2]  # a query names no file
-        path = os.path.realpath(os.path.join(ROOT, rel))
-        if not ROOT or not path.startswith(ROOT + os.sep) or not os.path.isfile(path):
+        path = self.file_of(self.path)
+        if path is None:
             self.send_response(404)
             self.send_header("Content-Length", "0")
             self.end_headers()

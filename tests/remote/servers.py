@@ -63,3 +63,19 @@ def rclone_serve(kind, root, auth_key=None):
     finally:
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def hostile_serve(root):
+    """tests/remote/hostile_server.py serving `root` (its `files` and `s3deny` modes) on a free
+    port; yields the port."""
+    import sys
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile_server.py"),
+                             str(port), str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, proc, "hostile_server.py")
+        yield port
+    finally:
+        proc.kill()
+        proc.wait()

@@ -152,9 +152,11 @@ struct S3Env {
     saved.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
     setenv(name, value.c_str(), 1);
   }
-  explicit S3Env(const S3Server& s, const std::string& secret = S3Server::secret) {
-    set("AWS_ENDPOINT_URL", s.endpoint());
-    set("AWS_ACCESS_KEY_ID", S3Server::key);
+  explicit S3Env(const S3Server& s, const std::string& secret = S3Server::secret)
+      : S3Env(s.endpoint(), S3Server::key, secret) {}
+  S3Env(const std::string& endpoint, const std::string& key, const std::string& secret) {
+    set("AWS_ENDPOINT_URL", endpoint);
+    set("AWS_ACCESS_KEY_ID", key);
     set("AWS_SECRET_ACCESS_KEY", secret);
     set("AWS_REGION", "us-east-1");
     set("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/ctstream/credentials");

@@ -149,6 +149,38 @@ TEST_CASE("remote: an http(s) URL's query is its own object's: siblings are aske
   }
 }
 
+TEST_CASE("remote: a caller without s3:ListBucket, to whom S3 answers a missing key with 403 AccessDenied",
+          "[remote][hostile]") {
+  // A red-team pass: the probes of decompose_config.json and the index took that 403 as fatal, so
+  // such a caller (a read-only policy on bucket/prefix/*) could open no checkpoint at all.
+  REQUIRE_HOSTILE(h);
+  th::S3Env env("http://127.0.0.1:" + std::to_string(h.port), "AKIDEXAMPLE", "secret-example-0123456789");
+  for (const char* name : {"st/sharded", "ct/v012_pack_w4_g32_sym_bf16/model.safetensors"}) {
+    INFO(name);
+    const auto local = ctstream::Checkpoint::open(th::fixtures() / name);
+    const auto remote = ctstream::Checkpoint::open(std::string("s3://s3deny/") + name);
+    CHECK(remote.config_info().compressed_tensors == local.config_info().compressed_tensors);
+    REQUIRE(remote.tensors().size() == local.tensors().size());
+    th::check_same_decodes(local, remote);
+  }
+  // A prefix without an index must be listed, which needs s3:ListBucket: refused, saying so.
+  try {
+    ctstream::Checkpoint::open("s3://s3deny/ct/v012_pack_w4_g32_sym_bf16");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("s3:ListBucket"));
+  }
+  // config.json denied is never taken for absent (a compressed checkpoint would then read as its
+  // stored parts): beside a file without one, the 403 is the error.
+  try {
+    ctstream::Checkpoint::open("s3://s3deny/st/all_dtypes.safetensors");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("config.json"));
+    CHECK_THAT(e.what(), Catch::Contains("403"));
+  }
+}
+
 TEST_CASE("remote hostile: a changed ETag, throttling", "[remote][hostile]") {
   REQUIRE_HOSTILE(h);
   io::HttpClient c(fast());

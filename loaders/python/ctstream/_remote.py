@@ -78,7 +78,8 @@ def read_config(url: str) -> Optional[str]:
 
 def pull_model_files(url: str, cache_root: str, names: Iterable[Tuple[str, int]] = SMALL_FILES) -> str:
     """Copies the small files of the checkpoint at ``url`` (``names``: file name and size cap;
-    absent ones are skipped, config.json must exist) into ``cache_root/<sha256(url)[:8]>`` and
+    absent ones are skipped -- on s3:// also those S3 denies, its answer for a missing key to a caller
+    without s3:ListBucket --, config.json must exist) into ``cache_root/<sha256(url)[:8]>`` and
     returns that directory: what an engine that reads config and tokenizer from a local directory
     needs, the weights staying remote. Written atomically: the files are fetched into a temporary
     directory beside it, which is renamed into place, or, where the directory exists already (an
@@ -91,12 +92,9 @@ def pull_model_files(url: str, cache_root: str, names: Iterable[Tuple[str, int]]
     got: List[str] = []
     try:
         for name, cap in names:
-            try:
-                data = read_small(base + name, cap)
-            except Error as e:
-                if e.kind == "file_not_found" and name != "config.json":
-                    continue
-                raise
+            data = _native._read_small_remote(base + name, int(cap), name != "config.json")
+            if data is None:
+                continue
             with open(os.path.join(tmp, name), "wb") as f:
                 f.write(data)
             got.append(name)

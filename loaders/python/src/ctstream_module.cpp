@@ -37,9 +37,11 @@
 
 #include "binding.hpp"
 #ifdef CTSTREAM_HAVE_REMOTE
+#include "io/http_response.hpp"
 #include "io/remote_file.hpp"
 #endif
 #include "ctstream/ctstream.hpp"
+#include "io/url.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -789,25 +791,35 @@ NB_MODULE(_ctstream, m) {
 
   m.def(
       "_read_small_remote",
-      [](const std::string& url, uint64_t max_bytes) -> nb::bytes {
+      [](const std::string& url, uint64_t max_bytes, bool optional) -> std::optional<nb::bytes> {
 #ifdef CTSTREAM_HAVE_REMOTE
         ctstream_py::InCall in_call;
-        std::string s;
+        std::optional<std::string> s;
         {
           ctstream_py::Unlocked nogil;
-          s = ctstream::io::read_small_remote(url, max_bytes);
+          try {
+            s = ctstream::io::read_small_remote(url, max_bytes);
+          } catch (const ctstream::io::http::AccessDenied&) {
+            // S3's answer for a missing key to a caller without s3:ListBucket
+            if (!optional || ctstream::io::parse_url(url).scheme != ctstream::io::UrlScheme::s3) throw;
+          } catch (const ctstream::Error& e) {
+            if (!optional || e.kind() != ctstream::ErrorKind::file_not_found) throw;
+          }
         }
-        return nb::bytes(s.data(), s.size());
+        if (!s) return std::nullopt;
+        return nb::bytes(s->data(), s->size());
 #else
-        (void)max_bytes;
-        throw ctstream::Error(ctstream::ErrorKind::unsupported, url, "",
+        (void)max_bytes, (void)optional;
+        throw ctstream::Error(ctstream::ErrorKind::unsupported, ctstream::io::redact_url(url), "",
                               "s3:// and http(s):// checkpoints need a build with -DCTSTREAM_REMOTE=ON (and libcurl)");
 #endif
       },
-      "url"_a, "max_bytes"_a,
+      "url"_a, "max_bytes"_a, "optional"_a = false,
       "A whole small object (s3:// or http(s)://, credentials and endpoint as for open()): bytes, at most "
-      "max_bytes (a larger object is HeaderTooLargeError; a missing one FileNotFoundError). For the files "
-      "beside the weights that vLLM reads itself (config.json, tokenizer files).");
+      "max_bytes (a larger object is HeaderTooLargeError; a missing one FileNotFoundError). optional: a "
+      "missing object is None, and so is S3's 403 AccessDenied on s3://, its answer for a missing key to a "
+      "caller without s3:ListBucket. For the files beside the weights that vLLM reads itself (config.json, "
+      "tokenizer files).");
 
   using ctstream_py::g_classes;
   using ctstream_py::g_error;
