@@ -364,7 +364,14 @@ void HttpClient::retry_or_throw(
   // the reason may quote the server (its error <Message>, a header): never a credential it echoes
   v.reason = redact_secrets(
       std::move(v.reason), {t.credentials.access_key_id, t.credentials.secret_access_key, t.credentials.session_token});
-  if (v.action != http::Action::retry && v.action != http::Action::retry_throttled) http::throw_verdict(v, t.display);
+  if (v.action != http::Action::retry && v.action != http::Action::retry_throttled) {
+    // S3 refusing a request that went unsigned: say so (the server's words name no cause).
+    if (t.s3 && !t.sign && (v.action == http::Action::denied || !v.s3_code.empty()))
+      v.reason +=
+          " (the request was unsigned: no AWS credentials were found in the environment, the profile or "
+          "the shared files, or CTSTREAM_S3_ANONYMOUS is set)";
+    http::throw_verdict(v, t.display);
+  }
   const bool throttled = v.action == http::Action::retry_throttled;
   const double base = opt_.backoff_base_s * (throttled ? 10 : 1);
   const double cap = std::min(opt_.backoff_cap_s, base * std::ldexp(1.0, std::min(attempt, 30)));

@@ -167,7 +167,7 @@ PrefixListing list_s3_prefix(std::string_view bucket, std::string_view prefix, H
   const S3Config cfg = load_s3_config();
   PrefixListing out;
   std::string token;
-  std::set<std::string> tokens;
+  std::set<std::string> tokens, keys;
   size_t entries = 0;
   for (;;) {
     if (++out.pages > max_list_pages)
@@ -182,6 +182,11 @@ PrefixListing list_s3_prefix(std::string_view bucket, std::string_view prefix, H
     if (!page.common_prefixes.empty()) out.any = true;
     for (const ListedObject& o : page.objects) {
       out.any = true;
+      // S3 lists each key once, across pages too: a repeat is a malformed listing (one shard
+      // opened twice, reported as duplicate tensors of one file).
+      if (!keys.insert(o.key).second)
+        throw Error(ErrorKind::io, redact_url(display), "",
+                    "the listing repeats the key '" + o.key.substr(0, 256) + "'");
       if (auto name = listed_name(prefix, o.key, display)) out.objects.push_back({std::move(*name), o.size});
     }
     if (!page.truncated) return out;

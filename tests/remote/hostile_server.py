@@ -19,7 +19,8 @@ With a second argument DIR, GET /files/REL
 serves DIR/REL as a plain https-like server would (206 ranges, ETag from size and mtime, 404; a query
 is ignored, as a static file server or a CDN ignores one it does not check). As an S3 endpoint,
 bucket `s3deny` serves DIR the way S3 answers a caller with s3:GetObject but not s3:ListBucket:
-the files that exist, and 403 AccessDenied for a missing key and for a listing."""
+the files that exist, and 403 AccessDenied for a missing key and for a listing. Bucket `listdup`
+answers every ListObjectsV2 request with a page that lists one key twice (and 404 otherwise)."""
 import os
 import http.server
 import re
@@ -46,6 +47,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
             counts[self.path] = n + 1
         mode = self.path.split("?", 1)[0].strip("/").split("/")[0]
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        if mode == "listdup":
+            if "list-type=2" in self.path:
+                key = b"<Contents><Key>x/model.safetensors</Key><Size>100</Size></Contents>"
+                body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult><Name>listdup</Name>'
+                        b"<Prefix>x/</Prefix><KeyCount>2</KeyCount><IsTruncated>false</IsTruncated>" + key + key +
+                        b"</ListBucketResult>")
+                self.send_response(200)
+            else:
+                body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchKey</Code>'
+                        b"<Message>no</Message></Error>")
+                self.send_response(404)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if mode == "s3deny" and (not m or not self.file_of(self.path)):
             body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
                     b'<Message>Access Denied</Message><RequestId>1</RequestId></Error>')

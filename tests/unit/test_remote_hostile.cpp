@@ -178,6 +178,28 @@ TEST_CASE("remote: a caller without s3:ListBucket, to whom S3 answers a missing 
   } catch (const Error& e) {
     CHECK_THAT(e.what(), Catch::Contains("config.json"));
     CHECK_THAT(e.what(), Catch::Contains("403"));
+    CHECK_THAT(e.what(), !Catch::Contains("unsigned"));
+  }
+  // No credentials anywhere: the requests go unsigned, and a refusal says so.
+  env.set("AWS_ACCESS_KEY_ID", "");
+  env.set("AWS_SECRET_ACCESS_KEY", "");
+  try {
+    ctstream::Checkpoint::open("s3://s3deny/st/all_dtypes.safetensors");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("the request was unsigned"));
+  }
+}
+
+TEST_CASE("remote: a listing that repeats a key is refused as malformed", "[remote][hostile]") {
+  REQUIRE_HOSTILE(h);
+  th::S3Env env("http://127.0.0.1:" + std::to_string(h.port), "AKIDEXAMPLE", "secret-example-0123456789");
+  try {
+    ctstream::Checkpoint::open("s3://listdup/x");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::io);
+    CHECK_THAT(e.what(), Catch::Contains("repeats the key 'x/model.safetensors'"));
   }
 }
 
