@@ -156,3 +156,37 @@ def test_lazy_when_every_tensor_is_lazy_decodes_nothing_ahead(monkeypatch):
     for name, t in got:
         if name in ref:
             assert torch.equal(bits(t.materialize()), bits(ref[name])), name
+
+
+def test_lazy_natural_tensor_copied_into_another_float_dtype_is_the_cast(monkeypatch):
+    """The vLLM loader yields natural dtypes (a parameter vLLM keeps in float32 must get float32
+    values); a LazyTensor copied into a parameter of another floating dtype decodes straight as
+    that dtype: the same bits as the natural values cast by torch, whole or narrowed, and no
+    copy is materialized at the natural dtype."""
+    from ctstream._lazy import LazyTensor
+
+    outs = []
+    real = LazyTensor.materialize
+
+    def spy(self, out=None, dtype=None):
+        outs.append(out)
+        return real(self, out=out, dtype=dtype)
+
+    monkeypatch.setattr(LazyTensor, "materialize", spy)
+    d = CT / "v020_pack_w4_g64_asym_bf16"
+    ref = load_file(str(d / "expected" / "expected.safetensors"))
+    n = 0
+    for name, t in cv.weights_iterator(str(d), lazy=True):
+        if not isinstance(t, LazyTensor) or name not in ref:
+            continue
+        n += 1
+        for dt in (torch.float32, torch.float16):
+            dst = torch.empty(t.shape, dtype=dt)
+            dst.copy_(t)
+            assert outs[-1] is dst, "decoded into the parameter itself"
+            assert torch.equal(bits(dst), bits(ref[name].to(dt))), (name, dt)
+            rows = t.shape[0] // 2
+            part = torch.empty((rows, *t.shape[1:]), dtype=dt)
+            part.copy_(t.narrow(0, 0, rows))
+            assert torch.equal(bits(part), bits(ref[name][:rows].to(dt))), (name, dt, "narrowed")
+    assert n > 0

@@ -185,6 +185,43 @@ def moe_w4a16_asym(dense_dir, dst):
     assert "model.layers.0.mlp.gate.weight" in sd and "lm_head.weight" in sd
 
 
+def ernie_fp32_router(dst):
+    """A tiny plain Ernie-4.5-MoE whose router gate weight and e_score_correction_bias are stored
+    in float32 with values bf16 cannot hold, as the released Ernie-4.5 MoE checkpoints store them;
+    vLLM keeps both in float32 (vllm/model_executor/models/ernie45_moe.py: GateLinear
+    params_dtype=torch.float32), so a loader that rounds them to the model dtype changes the logits."""
+    from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM
+
+    cfg = Ernie4_5_MoeConfig(hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=512,
+                             max_position_embeddings=256, moe_num_experts=8, moe_k=2, moe_layer_start_index=0,
+                             moe_num_shared_experts=0, tie_word_embeddings=False, torch_dtype="bfloat16")
+    torch.manual_seed(0)
+    m = Ernie4_5_MoeForCausalLM(cfg)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "embed" in n or "lm_head" in n:
+                p.normal_(0, 0.5)
+            elif n.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.normal_(0, 0.05)
+    m.to(torch.bfloat16).save_pretrained(dst)
+    g = torch.Generator().manual_seed(1)
+    for f in os.listdir(dst):
+        if f.endswith(".safetensors"):
+            sd = load_file(os.path.join(dst, f))
+            for k in list(sd):
+                if k.endswith("mlp.gate.weight"):
+                    sd[k] = torch.randn(sd[k].shape, generator=g) * 0.5
+                elif "e_score_correction_bias" in k:
+                    sd[k] = torch.randn(sd[k].shape, generator=g) * 0.01 + 0.5
+            save_file(sd, os.path.join(dst, f), metadata={"format": "pt"})
+    sd = load_file(os.path.join(dst, "model.safetensors"))
+    gate = sd["model.layers.0.mlp.gate.weight"]
+    assert gate.dtype == torch.float32 and not torch.equal(gate, gate.bfloat16().float())
+
+
 os.makedirs(OUT, exist_ok=True)
 dense = os.path.join(OUT, "dense")
 tiny_llama(dense)
@@ -205,4 +242,5 @@ subprocess.run([CLI, "decompress", lowrank, os.path.join(OUT, "lowrank_dense", "
                check=True)
 moe_w4a16_asym(os.path.join(OUT, "moe_dense"), os.path.join(OUT, "moe_int4"))
 library_decompression(os.path.join(OUT, "moe_int4"), os.path.join(OUT, "moe_int4_lib"))
+ernie_fp32_router(os.path.join(OUT, "ernie_fp32_router"))
 print("models written to", OUT)

@@ -1,11 +1,13 @@
 """One vLLM engine run (offline LLM()), printed as one JSON line: greedy tokens + logprobs.
 
     run_llm.py MODEL_DIR [--load-format F] [--quantization Q] [--hf-overrides JSON]
-                         [--extra JSON] [--mp]
+                         [--extra JSON] [--mp] [--reload WEIGHTS_DIR]
 
 --mp keeps vLLM's default multiprocessing (engine core and worker in spawned processes, which
 then find ctstream only through its vllm.general_plugins entry point); without it the engine runs
-in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, faster). A failure prints {"error": "..."}.
+in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, faster). --reload: vLLM's in-place
+reload_weights(weights_path=WEIGHTS_DIR) after the engine starts, before generating. A failure
+prints {"error": "..."}.
 """
 import argparse
 import json
@@ -26,6 +28,7 @@ def main():
     ap.add_argument("--mp", action="store_true")
     ap.add_argument("--prompts", default=None, help="JSON list of token-id lists (default PROMPTS)")
     ap.add_argument("--tp", type=int, default=1, help="tensor parallel size (implies --mp)")
+    ap.add_argument("--reload", default=None, help="reload_weights(weights_path=...) before generating")
     a = ap.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if a.tp > 1:  # one CPU worker per core (vLLM's auto binding wants one NUMA node per worker)
@@ -46,6 +49,8 @@ def main():
     try:
         llm = LLM(**kw)
         init = time.perf_counter() - t0
+        if a.reload:
+            llm.collective_rpc("reload_weights", kwargs={"weights_path": a.reload})
         sp = SamplingParams(temperature=0, max_tokens=8, logprobs=1, detokenize=False)
         prompts = json.loads(a.prompts) if a.prompts else PROMPTS
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)

@@ -334,6 +334,40 @@ def test_mode_mismatch_is_refused_with_what_to_pass(models):
     assert "error" in r and "--load-format ctstream" in r["error"], r
     r = run(models / "int4", "--load-format", "ctstream", "--extra", '{"budget": "lots"}')
     assert "error" in r and "byte count" in r["error"], r
+    # every extra key is checked before the model is built, and named as ctstream's (a red-team
+    # pass: "lazy": "false" was truthy and ignored, a misspelt key was blamed on load format
+    # "safetensors", "threads": "abc" failed after the build as a bare int() error)
+    for extra, msg in (('{"lazy": "false"}', "'lazy' must be true or false"),
+                       ('{"thread": 2}', "unknown extra config keys ['thread'] for load format 'ctstream'"),
+                       ('{"threads": "abc"}', "'threads' must be an integer"),
+                       ('{"num_threads": 4}', "use 'threads'")):
+        r = run(models / "dense", "--load-format", "ctstream", "--extra", extra)
+        assert "error" in r and msg in r["error"], (extra, r.get("error", "")[-500:])
+
+
+@pytest.mark.xdist_group("ernie")
+def test_float32_parameters_get_float32_values(models):
+    # A red-team pass: dense mode converted every floating tensor to the model dtype, so float32
+    # tensors that vLLM keeps in float32 (this Ernie-MoE's router gate and e_score_correction_bias)
+    # were rounded to bf16 first: logprobs moved by up to 0.125 against vLLM's own loader. Tensors
+    # now come in their natural dtype, as vLLM's own iterator yields them; lazy ones decode straight
+    # as the parameter's dtype.
+    want = reference(models, "ernie_fp32_router")
+    for extra in ('{"lazy": true}', '{"lazy": false}'):
+        got = run(models / "ernie_fp32_router", "--load-format", "ctstream", "--extra", extra)
+        assert outputs(got) == want, extra
+
+
+@pytest.mark.xdist_group("dense")
+def test_reload_weights_reads_the_new_path_despite_the_weights_key(models):
+    # vLLM's in-place reload_weights(weights_path=B) points model_config.model at B and makes a new
+    # loader from the same load config; the extra 'weights' key (which the plugin itself sets for an
+    # s3:// or https:// model) named A's weights, and A was silently reloaded (a red-team pass).
+    want = reference(models, "lowrank_dense")
+    assert want != reference(models, "dense")  # so the test can fail
+    got = run(models / "dense", "--load-format", "ctstream", "--extra", json.dumps({"weights": str(models / "dense")}),
+              "--reload", str(models / "lowrank_dense"))
+    assert outputs(got) == want
 
 
 def _host_has_amx():

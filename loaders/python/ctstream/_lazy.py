@@ -34,12 +34,14 @@ class LazyTensor(torch.Tensor):
         s = "" if self._slice is None else f", dim {self._slice[0]} [{self._slice[1]}:{self._slice[2]}]"
         return f"LazyTensor('{self._name}'{s}, shape={tuple(self.shape)}, dtype={self.dtype})"
 
-    def materialize(self, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Decodes (the selected slice of) the tensor, into `out` when given."""
+    def materialize(self, out: Optional[torch.Tensor] = None, dtype: Optional[str] = None) -> torch.Tensor:
+        """Decodes (the selected slice of) the tensor, into `out` when given (as `dtype`: default,
+        this tensor's)."""
+        dt = self._dt if dtype is None else dtype
         if self._slice is None:
-            return self._ckpt.get(self._name, dtype=self._dt, out=out)
+            return self._ckpt.get(self._name, dtype=dt, out=out)
         dim, start, stop = self._slice
-        return self._ckpt._get(self._name, self._dt, out, dim, start, stop)
+        return self._ckpt._get(self._name, dt, out, dim, start, stop)
 
     def _sliced(self, dim: int, start: int, stop: int) -> "LazyTensor":
         shape = list(self.shape)
@@ -70,10 +72,16 @@ class LazyTensor(torch.Tensor):
                     return t._sliced(dim, start, end)
             if func is _aten.copy_.default and isinstance(args[1], LazyTensor) and not isinstance(args[0], LazyTensor):
                 dst, src = args[0], args[1]
-                if (dst.device.type == "cpu" and dst.dtype == src.dtype and tuple(dst.shape) == tuple(src.shape)
-                        and dst.is_contiguous()):
-                    src.materialize(out=dst)  # straight into the destination's memory
-                    return dst
+                if dst.device.type == "cpu" and tuple(dst.shape) == tuple(src.shape) and dst.is_contiguous():
+                    if dst.dtype == src.dtype:
+                        src.materialize(out=dst)  # straight into the destination's memory
+                        return dst
+                    if src._dt is None and src.dtype in _FLOATS and dst.dtype in _FLOATS:
+                        # natural values into a parameter of another floating dtype (one vLLM keeps
+                        # in float32, or the model dtype): ctstream's decode as that dtype is the
+                        # natural value rounded once to it, the cast copy_ would make
+                        src.materialize(out=dst, dtype=_FLOATS[dst.dtype])
+                        return dst
             if func is _aten.detach.default and isinstance(args[0], LazyTensor):
                 t = args[0]
                 return LazyTensor(t._ckpt, t._name, t._dt, t.dtype, t.shape, t._slice)
@@ -91,6 +99,9 @@ class _NotLazy(Exception):
 _TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64", "I64": "int64",
                  "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool", "U16": "uint16",
                  "U32": "uint32", "U64": "uint64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
+_FLOATS = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
 def lazy(ckpt, name: str, dtype: Optional[str]) -> Optional[LazyTensor]:

@@ -20,7 +20,7 @@ from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 import ctstream
 
 from . import _amx, _remote
-from .vllm import EXTRA_CONFIG_KEYS, LOAD_FORMAT, MODES, QUANTIZATION, _dtype_name, _sparse_config, resolve_mode, weights_iterator
+from .vllm import EXTRA_CONFIG_KEYS, LOAD_FORMAT, MODES, QUANTIZATION, _sparse_config, resolve_mode, weights_iterator
 
 
 class CtstreamDenseConfig(QuantizationConfig):
@@ -79,31 +79,53 @@ def _require_ctstream_load_format() -> None:
             f"{QUANTIZATION}), but the load format is {fmt!r}: pass --load-format {LOAD_FORMAT}")
 
 
+# extra config 'weights' -> the model_config.model it was first used with, in this process
+_MODEL_OF_WEIGHTS: Dict[str, str] = {}
+
+
 class CtstreamModelLoader(DefaultModelLoader):
     """vLLM's default loader with ctstream as the tensor source (see ``ctstream.vllm``)."""
 
     def __init__(self, load_config):
         extra = dict(load_config.model_loader_extra_config or {})
         self.ctstream_options = {k: extra.pop(k) for k in list(extra) if k in EXTRA_CONFIG_KEYS}
+        if extra:  # every value is checked here, before the model is built, and named as ctstream's
+            hint = ("; ctstream decodes with its own threads: use 'threads'"
+                    if {"num_threads", "enable_multithread_load"} & set(extra) else "")
+            raise ValueError(f"ctstream: unknown extra config keys {sorted(extra)} for load format "
+                             f"'{LOAD_FORMAT}' (it takes {list(EXTRA_CONFIG_KEYS)}){hint}")
         mode = self.ctstream_options.get("mode", "auto")
         if mode not in MODES:
             raise ValueError(f"ctstream: extra config 'mode' must be one of {MODES}, not {mode!r}")
         io = self.ctstream_options.get("io", "mmap")
         if io not in ("mmap", "pread"):
             raise ValueError(f"ctstream: extra config 'io' must be 'mmap' or 'pread', not {io!r}")
+        threads = self.ctstream_options.get("threads", 0)
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 0 <= threads <= 1024:
+            raise ValueError(f"ctstream: extra config 'threads' must be an integer 0-1024 (0: all cores), not {threads!r}")
+        lazy = self.ctstream_options.get("lazy", True)
+        if not isinstance(lazy, bool):  # "false" would be truthy: never guessed
+            raise ValueError(f"ctstream: extra config 'lazy' must be true or false, not {lazy!r}")
         ctstream.parse_budget(self.ctstream_options.get("budget"))  # checked now, not mid-load
-        # DefaultModelLoader accepts only its own extra keys, and finds files only for the load
-        # formats it knows: it gets a "safetensors" copy of the config.
-        super().__init__(dataclasses.replace(load_config, load_format="safetensors", model_loader_extra_config=extra))
+        # DefaultModelLoader finds files only for the load formats it knows: it gets a
+        # "safetensors" copy of the config (and no extra keys: all of them are ctstream's).
+        super().__init__(dataclasses.replace(load_config, load_format="safetensors", model_loader_extra_config={}))
         self._mode: Optional[str] = None
-        self._dtype: Optional[str] = None
 
     def _weights_location(self, model_config) -> Optional[str]:
         """Where the primary weights are when not in ``model_config.model``: the extra key
         ``weights``, else vLLM's own ``model_config.model_weights`` (vllm/config/model.py:158; set
         by its Run:ai pull, model.py:1212, and read first by its loaders, e.g.
         runai_streamer_loader.py ``load_weights``). A local directory or an object URL."""
-        w = self.ctstream_options.get("weights") or getattr(model_config, "model_weights", "") or None
+        # The extra key names the weights of the model it was first given with (in this process):
+        # once vLLM points model_config at another model (reload_weights(weights_path=...), which
+        # makes a new loader from the same load config), that model's own place.
+        extra = self.ctstream_options.get("weights")
+        if isinstance(extra, str) and extra:
+            first = _MODEL_OF_WEIGHTS.setdefault(extra, model_config.model)
+            if model_config.model != first:
+                extra = None
+        w = extra or getattr(model_config, "model_weights", "") or None
         if w is not None and not isinstance(w, str):
             raise ValueError(f"ctstream: extra config 'weights' must be a path or URL string, not {w!r}")
         return w
@@ -121,7 +143,6 @@ class CtstreamModelLoader(DefaultModelLoader):
 
     def load_weights(self, model, model_config) -> None:
         self._mode = resolve_mode(self.ctstream_options.get("mode", "auto"), model_config.quantization)
-        self._dtype = _dtype_name(model_config.dtype)
         return super().load_weights(model, model_config)
 
     def _get_weights_iterator(self, source):
@@ -130,7 +151,6 @@ class CtstreamModelLoader(DefaultModelLoader):
 
             mc = get_current_vllm_config().model_config
             self._mode = resolve_mode(self.ctstream_options.get("mode", "auto"), mc.quantization)
-            self._dtype = _dtype_name(mc.dtype)
         primary = getattr(self, "_primary", None)
         remote = None
         if primary is not None and primary[1] is not None and source.prefix == "" and \
@@ -159,12 +179,17 @@ class CtstreamModelLoader(DefaultModelLoader):
         it = weights_iterator(
             files, self.load_config.use_tqdm_on_load,
             packed=self._mode == "stored",
-            dtype=self._dtype if self._mode == "dense" else None,
-            threads=int(self.ctstream_options.get("threads", 0)),
+            # Every tensor in its natural dtype, as vLLM's own iterator yields stored ones (and the
+            # library's decompression, saved, would hold decoded ones): each parameter's copy_ casts to
+            # its own dtype, so one vLLM keeps in float32 (MoE router gates, e_score_correction_bias)
+            # is not rounded to the model dtype first. (Lazy tensors decode straight as the
+            # parameter's dtype: the same bits as the natural values cast.)
+            dtype=None,
+            threads=self.ctstream_options.get("threads", 0),
             budget=self.ctstream_options.get("budget"),
             io=self.ctstream_options.get("io", "mmap"),
             local_expert_ids=getattr(self, "local_expert_ids", None),
-            lazy=bool(self.ctstream_options.get("lazy", True)))
+            lazy=self.ctstream_options.get("lazy", True))
         return ((source.prefix + name, tensor) for name, tensor in it)
 
 

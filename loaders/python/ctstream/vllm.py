@@ -225,11 +225,6 @@ def _sparse_config(hf_quant_cfg: Any) -> bool:
     return isinstance(sp, dict) and bool(sp.get("targets")) and str(sp.get("format", "dense")) != "dense"
 
 
-def _dtype_name(torch_dtype: Any) -> Optional[str]:
-    s = str(torch_dtype).replace("torch.", "")
-    return s if s in ("bfloat16", "float16", "float32") else None
-
-
 def resolve_mode(requested: str, model_quantization: Optional[str]) -> str:
     """The mode for a model vLLM built with `model_quantization` ("compressed-tensors", None,
     "ctstream", ...); raises ValueError naming what to pass when `requested` contradicts it."""
