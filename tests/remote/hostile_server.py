@@ -49,28 +49,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
         if mode == "listdup":
             if "list-type=2" in self.path:
-                key = b"<Contents><Key>x/model.safetensors</Key><Size>100</Size></Contents>"
-                body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult><Name>listdup</Name>'
-                        b"<Prefix>x/</Prefix><KeyCount>2</KeyCount><IsTruncated>false</IsTruncated>" + key + key +
-                        b"</ListBucketResult>")
-                self.send_response(200)
+                key = "<Contents><Key>x/model.safetensors</Key><Size>100</Size></Contents>"
+                self.send_xml(200, "<ListBucketResult><Name>listdup</Name><Prefix>x/</Prefix><KeyCount>2</KeyCount>"
+                                   f"<IsTruncated>false</IsTruncated>{key}{key}</ListBucketResult>")
             else:
-                body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchKey</Code>'
-                        b"<Message>no</Message></Error>")
-                self.send_response(404)
-            self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+                self.send_xml(404, "<Error><Code>NoSuchKey</Code><Message>no</Message></Error>")
             return
         if mode == "s3deny" and (not m or not self.file_of(self.path)):
-            body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
-                    b'<Message>Access Denied</Message><RequestId>1</RequestId></Error>')
-            self.send_response(403)
-            self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_xml(403, "<Error><Code>AccessDenied</Code><Message>Access Denied</Message>"
+                               "<RequestId>1</RequestId></Error>")
             return
         if mode == "bad_xml" and not m:  # also answers plain GETs (HttpClient::get_document)
             self.hostile(mode, 0, 0, b"")
@@ -235,6 +222,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(DATA)
             self.close_connection = True
             return
+
+    def send_xml(self, status, xml):
+        """An S3-style XML answer (an error or a listing page)."""
+        body = ('<?xml version="1.0" encoding="UTF-8"?>\n' + xml).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     @staticmethod
     def file_of(url_path):
