@@ -127,12 +127,18 @@ class Checkpoint {
   /// Lookup by logical name; throws Error{not_found}.
   const TensorInfo& at(std::string_view name) const;
 
-  /// Decodes `t` (or the slice of it) into `out` as `out_dtype`.
+  /// Decodes `t` (or the slice of it) into `out` as `out_dtype`. `t` is one of this checkpoint's
+  /// tensors (at(), tensors()) or a copy equal to it; an edited copy, or one of another
+  /// checkpoint, is Error{invalid_argument} (so are read_part / part_view of a part that is none of
+  /// its parts nor a byte range of one).
   /// Compressed tensors and floating tensors (F64, F32, F16, BF16, F8_*, F4; not F6, whose
   /// element order safetensors does not define) convert to F32/F16/BF16 (round-to-nearest-even,
-  /// NaN/Inf kept); any other dtype is copied as is and needs out_dtype == t.dtype
-  /// (Error{unsupported} otherwise; output_dtype() gives the dtype to ask for). `out` must hold
-  /// at least decoded_bytes (of the slice); the bytes after that are left untouched.
+  /// NaN/Inf kept; F64 to F16/BF16 goes through F32, as torch's casts do: two roundings); any
+  /// other dtype is copied as is and needs out_dtype == t.dtype (Error{unsupported} otherwise;
+  /// output_dtype() gives the dtype to ask for). `out` must hold at least decoded_bytes (of the
+  /// slice); the bytes after that are left untouched. In IoMode::mmap a file truncated by another
+  /// process while a decode reads its mapping can still raise SIGBUS (a truncation found before the
+  /// read is Error{truncated}); IoMode::pread gives Error{truncated} in every case.
   /// @return the number of bytes written.
   uint64_t decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
                        const std::optional<Slice>& slice = std::nullopt) const;

@@ -60,6 +60,8 @@ struct QuantArgs {
   /// pack-quantized 3/5/6/7-bit codes use the compressed-tensors <= 0.17 layout (32/b codes per
   /// int32 word, high bits unused) instead of the dense 0.18+ layout.
   bool legacy_packing = false;
+
+  friend bool operator==(const QuantArgs&, const QuantArgs&) = default;
 };
 
 /// One safetensors entry that is part of a logical tensor.
@@ -71,6 +73,8 @@ struct TensorPart {
   uint32_t file = 0;    ///< index into Checkpoint::files()
   uint64_t offset = 0;  ///< absolute byte offset of the data in that file
   uint64_t nbytes = 0;
+
+  friend bool operator==(const TensorPart&, const TensorPart&) = default;
 };
 
 /// Metadata of one logical tensor: cheap to copy around, holds no data.
@@ -94,6 +98,10 @@ struct TensorInfo {
   uint64_t stored_bytes() const noexcept;
   /// The part with this role, or nullptr.
   const TensorPart* part(std::string_view role) const noexcept;
+
+  /// Field by field. A Checkpoint decodes a copy of one of its tensors only while the copy equals
+  /// it: an edited copy, or one of another checkpoint, is Error{invalid_argument}.
+  friend bool operator==(const TensorInfo&, const TensorInfo&) = default;
 };
 
 /// The dtype a tensor decodes to when `requested` is asked for: compressed tensors and every

@@ -55,8 +55,9 @@ uint64_t parse_bytes(const std::string& text) {
   __extension__ typedef unsigned __int128 u128;
   uint64_t whole = 0;
   for (char c : int_part) {
-    whole = whole * 10 + static_cast<uint64_t>(c - '0');
-    if (whole > kMax) return bad("larger than 2^62 bytes");
+    const auto d = static_cast<uint64_t>(c - '0');
+    if (whole > (kMax - d) / 10) return bad("larger than 2^62 bytes");  // before the product could wrap
+    whole = whole * 10 + d;
   }
   u128 total = static_cast<u128>(whole) * mult;
   u128 frac_num = 0, frac_den = 1;

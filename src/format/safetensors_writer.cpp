@@ -24,6 +24,9 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path out, std::vector<Entr
       if (!names.insert(e.name).second)
         throw Error(ErrorKind::invalid_argument, out_.string(), e.name,
                     "tensor name appears twice (a safetensors header holds one tensor per name)");
+      if (e.name == "__metadata__")  // the header's reserved key: the file would open nowhere
+        throw Error(ErrorKind::invalid_argument, out_.string(), e.name,
+                    "'__metadata__' is the safetensors header's reserved key, not a tensor name");
       auto numel = detail::checked_numel(e.shape);
       auto bits = numel ? detail::checked_mul(*numel, dtype_bits(e.dtype)) : std::nullopt;
       if (!bits || *bits % 8 || !detail::checked_add(off, *bits / 8))

@@ -250,9 +250,33 @@ Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& option
   if (lay.one_shard)  // a tensor whose values another shard stores is that shard's
     std::erase_if(ck->tensors, [](const TensorInfo& t) { return t.parts.front().file != 0; });
   for (size_t i = 0; i < ck->tensors.size(); ++i) ck->by_name.emplace(ck->tensors[i].name, i);
+  for (const auto& t : ck->tensors)
+    for (const auto& p : t.parts) ck->part_by_key.emplace(p.key, &p);
   ck->plans.reserve(ck->tensors.size());
   for (const auto& t : ck->tensors) ck->plans.push_back(reader::make_plan(t));
   return Checkpoint(std::move(ck));
+}
+
+const TensorInfo& Checkpoint::Impl::owned(const TensorInfo& t) const {
+  if (index_of(t) != SIZE_MAX) return t;
+  const auto it = by_name.find(t.name);
+  if (it != by_name.end() && tensors[it->second] == t) return tensors[it->second];
+  throw Error(ErrorKind::invalid_argument, opened, t.name,
+              it == by_name.end() ? "no tensor of this name in the checkpoint (a TensorInfo of another checkpoint?)"
+                                  : "the TensorInfo differs from the checkpoint's tensor of this name (edited, or of "
+                                    "another checkpoint); pass the checkpoint's own (at(), tensors())");
+}
+
+void Checkpoint::Impl::check_part(const TensorPart& p) const {
+  const auto it = part_by_key.find(p.key);
+  if (it != part_by_key.end()) {
+    const TensorPart& q = *it->second;
+    if (p.file == q.file && p.offset >= q.offset && p.nbytes <= q.nbytes && p.offset - q.offset <= q.nbytes - p.nbytes)
+      return;
+  }
+  throw Error(ErrorKind::invalid_argument, opened, p.key,
+              "not a stored part of this checkpoint, nor a byte range of one (edited, or of another "
+              "checkpoint); pass one of its tensors' own parts");
 }
 
 Checkpoint::Checkpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -382,8 +406,9 @@ namespace {
 }
 }  // namespace
 
-uint64_t Checkpoint::decode_into(const TensorInfo& t, std::span<std::byte> out, DType out_dtype,
+uint64_t Checkpoint::decode_into(const TensorInfo& given, std::span<std::byte> out, DType out_dtype,
                                  const std::optional<Slice>& slice) const {
+  const TensorInfo& t = impl_->owned(given);
   return detail::at_boundary(reader::file_name(*impl_, t), t.name, [&]() -> uint64_t {
     // The bytes this decode reads, asked for ahead with those of the tensors after it
     // (reader/read_schedule.hpp): the same schedule for local and remote files.
@@ -434,8 +459,9 @@ Checkpoint::RemoteStats Checkpoint::remote_stats() const {
   return s;
 }
 
-uint64_t Checkpoint::decode_chunked(const TensorInfo& t, DType out_dtype, uint64_t max_bytes,
+uint64_t Checkpoint::decode_chunked(const TensorInfo& given, DType out_dtype, uint64_t max_bytes,
                                     const std::function<void(std::span<const std::byte>)>& sink) const {
+  const TensorInfo& t = impl_->owned(given);
   const std::string file = reader::file_name(*impl_, t);
   // A damaged tensor is refused before a byte of it is allocated.
   const auto dec =
@@ -461,7 +487,8 @@ uint64_t Checkpoint::decode_chunked(const TensorInfo& t, DType out_dtype, uint64
   return total;
 }
 
-std::vector<uint64_t> Checkpoint::output_shape(const TensorInfo& t, const std::optional<Slice>& slice) const {
+std::vector<uint64_t> Checkpoint::output_shape(const TensorInfo& given, const std::optional<Slice>& slice) const {
+  const TensorInfo& t = impl_->owned(given);
   return detail::at_boundary(reader::file_name(*impl_, t), t.name, [&] {
     std::vector<uint64_t> shape = t.shape;
     if (slice) shape[slice->dim] = reader::slice_geometry(*impl_, t, slice).len;
@@ -469,7 +496,8 @@ std::vector<uint64_t> Checkpoint::output_shape(const TensorInfo& t, const std::o
   });
 }
 
-uint64_t Checkpoint::output_bytes(const TensorInfo& t, DType out_dtype, const std::optional<Slice>& slice) const {
+uint64_t Checkpoint::output_bytes(const TensorInfo& given, DType out_dtype, const std::optional<Slice>& slice) const {
+  const TensorInfo& t = impl_->owned(given);
   return detail::at_boundary(reader::file_name(*impl_, t), t.name, [&] {
     const reader::SliceGeom g = reader::slice_geometry(*impl_, t, slice);
     reader::DecodePlan own;  // what decode_into() refuses for this dtype / slice, refused here too
@@ -479,7 +507,8 @@ uint64_t Checkpoint::output_bytes(const TensorInfo& t, DType out_dtype, const st
   });
 }
 
-void Checkpoint::validate(const TensorInfo& t) const {
+void Checkpoint::validate(const TensorInfo& given) const {
+  const TensorInfo& t = impl_->owned(given);
   detail::at_boundary(reader::file_name(*impl_, t), t.name, [&] { reader::validate(*impl_, t); });
 }
 
@@ -504,14 +533,16 @@ void reader::validate(const Checkpoint::Impl& ck, const TensorInfo& t) {
   (void)load_act_order(ck, plan);
 }
 
-std::span<const std::byte> Checkpoint::stored_view(const TensorInfo& t) const {
+std::span<const std::byte> Checkpoint::stored_view(const TensorInfo& given) const {
+  const TensorInfo& t = impl_->owned(given);  // one of its tensors: it has a part
   if (t.format != Format::dense)
     reader::fail(*impl_, t, ErrorKind::unsupported, "stored_view needs a dense tensor; use part_view()");
   return part_view(t.parts.front());
 }
 
 std::span<const std::byte> Checkpoint::part_view(const TensorPart& p) const {
-  const io::File& f = impl_->file_of(p);  // p.file is checked by at()
+  impl_->check_part(p);
+  const io::File& f = impl_->file_of(p);
   if (f.mode() != io::Mode::mmap)
     throw Error(ErrorKind::unsupported, f.path(), p.key,
                 f.mode() == io::Mode::remote ? "a remote checkpoint has no zero-copy views; use read_part()"
@@ -522,6 +553,7 @@ std::span<const std::byte> Checkpoint::part_view(const TensorPart& p) const {
 
 uint64_t Checkpoint::read_part(const TensorPart& p, std::span<std::byte> out) const {
   return detail::at_boundary("", p.key, [&] {
+    impl_->check_part(p);
     const io::File& f = impl_->file_of(p);
     if (out.size() < p.nbytes)
       throw Error(ErrorKind::buffer_too_small, f.path(), p.key,
@@ -558,10 +590,12 @@ const std::string& Checkpoint::config_json() const noexcept { return impl_->conf
 const ConfigInfo& Checkpoint::config_info() const noexcept { return impl_->config_info; }
 const OpenOptions& Checkpoint::options() const noexcept { return impl_->opt; }
 
-void Checkpoint::will_need(const TensorInfo& t) const {
+void Checkpoint::will_need(const TensorInfo& given) const {
+  const TensorInfo& t = impl_->owned(given);
   for (const auto& p : t.parts) impl_->file_of(p).will_need(p.offset, p.nbytes);
 }
-void Checkpoint::release(const TensorInfo& t, bool drop_page_cache) const {
+void Checkpoint::release(const TensorInfo& given, bool drop_page_cache) const {
+  const TensorInfo& t = impl_->owned(given);
   for (const auto& p : t.parts) impl_->file_of(p).release(p.offset, p.nbytes, drop_page_cache);
 }
 

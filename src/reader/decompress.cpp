@@ -25,8 +25,11 @@ void check_output(const Checkpoint& ckpt, const fs::path& out) {
   std::vector<io::FileIdentity> inputs;
   for (const auto& f : sources) inputs.push_back({f.path, f.device, f.inode});
   (void)io::check_output(out, io::OutputKind::file, false, inputs);
-  if (sources.size() < 2) return;  // one bare .safetensors file: its directory is not the model's
   std::error_code ec;
+  // One bare .safetensors file opened as a file: its directory is not the model's. A directory
+  // opened (even one holding a single file and nothing else) is.
+  const bool opened_dir = fs::is_directory(fs::path(ckpt.name()), ec);
+  if (sources.size() < 2 && !opened_dir) return;
   const fs::path out_c = fs::weakly_canonical(fs::absolute(out, ec).lexically_normal(), ec);
   for (const auto& f : sources) {
     const fs::path dir = fs::weakly_canonical(fs::absolute(f.path, ec).parent_path(), ec);

@@ -46,7 +46,8 @@ struct Checkpoint::Impl {
   ConfigInfo config_info;
   std::vector<TensorInfo> tensors;
   std::unordered_map<std::string, size_t> by_name;
-  std::vector<reader::DecodePlan> plans;  // plans[i]: tensors[i]'s, built at open
+  std::unordered_map<std::string, const TensorPart*> part_by_key;  // every part of `tensors`
+  std::vector<reader::DecodePlan> plans;                           // plans[i]: tensors[i]'s, built at open
   // After `files`: destroyed first, so its thread stops before the files it advises close.
   mutable io::ReadAhead read_ahead;
   mutable std::atomic<size_t> last_decoded{
@@ -76,7 +77,18 @@ struct Checkpoint::Impl {
     return *files[p.file];
   }
   /// Checks a part is still fully inside its (possibly mapped) file before touching it.
-  void guard(const TensorPart& p) const { file_of(p).guard(p.offset + p.nbytes); }
+  void guard(const TensorPart& p) const {
+    if (p.nbytes > UINT64_MAX - p.offset)
+      throw Error(ErrorKind::invalid_argument, "", p.key, "part offset + size overflows 64 bits");
+    file_of(p).guard(p.offset + p.nbytes);
+  }
+  /// `t` when it is one of this checkpoint's tensors, else the tensor of its name when `t` equals
+  /// it (a copy); else Error{invalid_argument}: an edited copy, or one of another checkpoint, would
+  /// be read at places its parts do not describe here.
+  const TensorInfo& owned(const TensorInfo& t) const;
+  /// A stored part of this checkpoint (by its key), or a piece of one (the same file, a byte range
+  /// inside it: the CUDA path stages a part in pieces); else Error{invalid_argument}.
+  void check_part(const TensorPart& p) const;
   /// Bytes [off, off+n) of a part: a view in mmap mode (after guard), else from the window
   /// (read now if it does not hold them). The span lives until the window's next use.
   std::span<const std::byte> bytes(const TensorPart& p, uint64_t off, uint64_t n, ReadWindow& window,

@@ -107,6 +107,46 @@ TEST_CASE("slices along any dim equal slicing the full decode", "[reader][slice]
   }
 }
 
+TEST_CASE("a TensorInfo or part edited, or of another checkpoint, is refused; an equal copy decodes", "[reader]") {
+  // A red-team pass: an edited copy's shape drove the decoders past the parts' bytes (ASan: a heap
+  // overflow), and another checkpoint's tensors decoded to this one's bytes at their offsets.
+  const fs::path dir = th::fixtures() / "ct" / "v020_pack_w4_g32_asym_bf16";
+  const Checkpoint a = Checkpoint::open(dir);
+  const Checkpoint b = Checkpoint::open(th::fixtures() / "ct" / "v020_int8_w8a8_channel_sym_bf16");
+  for (const TensorInfo& own : a.tensors()) {
+    INFO(own.name);
+    std::vector<std::byte> want(own.decoded_bytes(DType::F32)), got(want.size());
+    a.decode_into(own, want, DType::F32);
+    const TensorInfo copy = own;  // an equal copy is the checkpoint's tensor
+    a.decode_into(copy, got, DType::F32);
+    CHECK(got == want);
+    TensorInfo edited = own;
+    edited.shape[0] *= 4;
+    std::vector<std::byte> big(edited.decoded_bytes(DType::F32));
+    CHECK(th::error_kind([&] { a.decode_into(edited, big, DType::F32); }) == ErrorKind::invalid_argument);
+    CHECK(th::error_kind([&] { (void)a.output_bytes(edited, DType::F32); }) == ErrorKind::invalid_argument);
+    TensorPart moved = own.parts.front();
+    moved.offset += 1;
+    std::vector<std::byte> raw(moved.nbytes);
+    CHECK(th::error_kind([&] { a.read_part(moved, raw); }) == ErrorKind::invalid_argument);
+    TensorPart piece = own.parts.front();  // a byte range inside a part (the CUDA path's staging)
+    piece.nbytes /= 2;
+    CHECK(a.read_part(piece, raw) == piece.nbytes);
+  }
+  for (const TensorInfo& other : b.tensors()) {
+    INFO(other.name);
+    std::vector<std::byte> buf(other.decoded_bytes(DType::F32));
+    CHECK(th::error_kind([&] { a.decode_into(other, buf, DType::F32); }) == ErrorKind::invalid_argument);
+    std::vector<std::byte> raw(other.parts.front().nbytes);
+    if (!a.find(other.name) || a.find(other.name)->parts.front() != other.parts.front())
+      CHECK(th::error_kind([&] { a.read_part(other.parts.front(), raw); }) == ErrorKind::invalid_argument);
+  }
+  TensorPart wrap = a.tensors().front().parts.front();  // offset + size past 2^64
+  wrap.offset = UINT64_MAX - 3;
+  std::vector<std::byte> raw(16);
+  CHECK(th::error_kind([&] { a.read_part(wrap, raw); }) == ErrorKind::invalid_argument);
+}
+
 TEST_CASE("bad slices, small buffers and impossible conversions are clear errors", "[reader]") {
   th::TempDir tmp("errors");
   auto p = write(tmp.path / "m.safetensors", {make("w", DType::BF16, {4, 8}, 1), make("i", DType::I64, {3}, 2)});

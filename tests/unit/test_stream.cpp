@@ -220,7 +220,10 @@ TEST_CASE("byte counts parse with decimal and binary units", "[stream]") {
   CHECK_THROWS_AS(parse_bytes("5XB"), Error);
   // Only plain decimal numbers: what std::stod also took is refused, not converted.
   for (const char* bad : {"nan", "NaN MB", "inf", "infGB", "1e30GB", "1e3", "-1", "-0.5GB", "+5MB", "0x10", "", "  ",
-                          "1.5.5", ".", "MB", "4611686018427387905", "5000000000GB", "1 2"})
+                          "1.5.5", ".", "MB", "4611686018427387905", "5000000000GB", "1 2",
+                          // 20 digits: the product wrapped modulo 2^64 before the cap was checked
+                          "18446744073709551616", "18446744073709551617", "20000000000000000000",
+                          "18446744073709551616MB", "36893488147419103232GiB", "99999999999999999999999"})
     CHECK_THROWS_AS(parse_bytes(bad), Error);
   CHECK(parse_bytes(".5KiB") == 512ull);
   CHECK(parse_bytes("4611686018427387904") == (1ull << 62));

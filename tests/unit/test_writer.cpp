@@ -43,4 +43,9 @@ TEST_CASE("an abandoned or short write leaves no file behind", "[writer]") {
   { SafetensorsWriter w(out, {{"a", DType::F32, {4}}}); }  // destroyed without commit
   CHECK(fs::is_empty(tmp.path));
   CHECK_THROWS_AS(SafetensorsWriter(tmp.path / "no" / "dir" / "x.safetensors", {{"a", DType::F32, {1}}}), Error);
+  // the header's reserved key is no tensor name (a file holding one opens nowhere)
+  CHECK(th::error_kind([&] {
+          SafetensorsWriter(out, {{"__metadata__", DType::F32, {1}}});
+        }) == ErrorKind::invalid_argument);
+  CHECK(fs::is_empty(tmp.path));
 }

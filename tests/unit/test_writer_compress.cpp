@@ -972,6 +972,18 @@ TEST_CASE("decompress refuses the checkpoint's own files and directory as output
   CHECK(fs::is_symlink(tmp.path / "cfg_link.json"));
   decompress_to_file(c, tmp.path / "dense.safetensors");
   CHECK(Checkpoint::open(tmp.path / "dense.safetensors").tensors().size() == c.tensors().size());
+  // A directory holding one file and no config, opened as a directory, is the model's too (a
+  // red-team pass: the check ran only for checkpoints of two sources or more); the file opened by
+  // itself keeps its directory free.
+  const fs::path lone = tmp.path / "lone";
+  fs::create_directories(lone);
+  fs::copy_file(th::fixtures() / "st" / "all_dtypes.safetensors", lone / "model.safetensors");
+  auto by_dir = Checkpoint::open(lone);
+  CHECK(th::error_kind([&] { decompress_to_file(by_dir, lone / "out.safetensors"); }) == ErrorKind::invalid_argument);
+  CHECK(!fs::exists(lone / "out.safetensors"));
+  auto by_file = Checkpoint::open(lone / "model.safetensors");
+  decompress_to_file(by_file, lone / "out.safetensors");
+  CHECK(fs::exists(lone / "out.safetensors"));
 }
 
 TEST_CASE("the compress report is written through a temporary file, never through a link", "[writer_compress]") {
