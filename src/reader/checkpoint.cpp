@@ -167,12 +167,12 @@ Checkpoint Checkpoint::open(const fs::path& path, const OpenOptions& options) {
 }
 
 Checkpoint Checkpoint::open_impl(const fs::path& path, const OpenOptions& options) {
-  reader::check_threads(options.threads, "threads", path.string());
   static std::atomic<uint64_t> serials{0};
   auto ck = std::make_unique<Impl>();
+  ck->opened = shown(path);
+  reader::check_threads(options.threads, "threads", ck->opened);
   ck->serial = ++serials;
   ck->opt = options;
-  ck->opened = shown(path);
   const bool remote = io::is_remote_url(path.native());  // before any std::filesystem call
 #ifdef CTSTREAM_HAVE_REMOTE
   format::ShardSet lay = remote ? format::discover_remote_shards(path.native(), options.max_json_bytes)

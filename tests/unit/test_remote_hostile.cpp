@@ -56,6 +56,15 @@ std::string message_of(io::HttpClient& c, const io::HttpTarget& t, uint64_t off,
   }
   return "";
 }
+
+// message_of a read of 1000 bytes at 0, and the seconds it took.
+std::pair<std::string, double> timed_message_of(io::HttpClient& c, const io::HttpTarget& t) {
+  ErrorKind kind{};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string msg = message_of(c, t, 0, 1000, kind);
+  return {std::move(msg), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
 }  // namespace
 
 #define REQUIRE_HOSTILE(h)     \
@@ -134,7 +143,17 @@ TEST_CASE("remote: an http(s) URL's query is its own object's: siblings are aske
       CHECK(no_secret(e.file()));
     }
   }
-  // errors name the URL without its query: a missing object, a malformed header
+  // errors name the URL without its query: a refused option (before any request), a missing
+  // object, a malformed header
+  ctstream::OpenOptions many;
+  many.threads = 100000;
+  try {
+    ctstream::Checkpoint::open(base + dir + "/model.safetensors?sig=SECRETSIG", many);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    CHECK(no_secret(e.what()));
+  }
   for (const std::string& name : {std::string("nothing/model.safetensors"), std::string("nothing"),
                                   std::string("../corrupt/hdr_bad_json.safetensors")}) {
     try {
@@ -240,10 +259,7 @@ TEST_CASE("remote hostile: a stalled body times out, is retried, then refused", 
   o.max_attempts = 2;
   o.stall_timeout_s = 1;  // CURLOPT_LOW_SPEED_TIME (CTSTREAM_S3_STALL_S)
   io::HttpClient c(o);
-  ErrorKind kind{};
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string msg = message_of(c, h.target("stall", 1), 0, 1000, kind);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto [msg, s] = timed_message_of(c, h.target("stall", 1));
   CHECK_THAT(msg, Catch::Contains("gave up after 2 attempt(s)"));
   CHECK_THAT(msg, Catch::Contains("/stall/obj1"));
   CHECK(c.stats().retries == 1);
@@ -260,10 +276,7 @@ TEST_CASE("remote hostile: a body trickled above the stall rate ends at the requ
   o.max_total_s = 2;
   o.stall_timeout_s = 5;
   io::HttpClient c(o);
-  ErrorKind kind{};
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string msg = message_of(c, h.target("trickle", 1), 0, 1000, kind);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto [msg, s] = timed_message_of(c, h.target("trickle", 1));
   CHECK_THAT(msg, Catch::Contains("(time limit)"));
   CHECK_THAT(msg, Catch::Contains("/trickle/obj1"));
   CHECK(s >= 1.9);
