@@ -21,31 +21,21 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 
 // Whether the object at `url` exists: a probe request; a missing object is absent, any other
 // failure (denied, unreachable) an error, as a local probe() treats an unreadable entry.
-bool exists(const std::string& url) {
+// `may_be_denied`: an object whose absence only changes the view, loudly (decompose_config.json:
+// the factors under their own names), which io::absent_object's rule also takes for absent when
+// S3 denies it; never config.json.
+bool exists(const std::string& url, bool may_be_denied = false) {
   try {
     io::RemoteFile::open(url);
     return true;
   } catch (const Error& e) {
-    if (e.kind() == ErrorKind::file_not_found) return false;
+    if (may_be_denied ? io::absent_object(url, e) : e.kind() == ErrorKind::file_not_found) return false;
     throw;
   }
 }
 
-std::string optional_object(const std::string& url) { return exists(url) ? url : std::string(); }
-
-// An object whose absence only changes the view, loudly (decompose_config.json: the factors under
-// their own names) or whose presence the rest of the discovery settles (the index: without it the
-// prefix is listed): on s3://, a 403 AccessDenied for it counts as absent, which is what S3 answers
-// for a missing key to a caller without s3:ListBucket (a read-only policy on bucket/prefix/*).
-// config.json is never read this way: without it every tensor would read as stored, silently.
-template <class F>
-auto unless_denied(const io::Url& u, F&& probe) -> decltype(probe()) {
-  try {
-    return probe();
-  } catch (const io::http::AccessDenied&) {
-    if (u.scheme != io::UrlScheme::s3) throw;
-    return {};
-  }
+std::string optional_object(const std::string& url, bool may_be_denied = false) {
+  return exists(url, may_be_denied) ? url : std::string();
 }
 
 // An s3:// prefix without model.safetensors.index.json: its objects listed (ListObjectsV2), then
@@ -105,19 +95,19 @@ ShardSet discover_remote_shards(const std::string& url, uint64_t max_json) {
     lay.files.emplace_back(url);
     const std::string dir = base.substr(0, base.size() - last.size());
     lay.config_path = optional_object(dir + std::string(kConfigName));
-    lay.decompose_path = unless_denied(u, [&] { return optional_object(dir + std::string(kDecomposeConfigName)); });
+    lay.decompose_path = optional_object(dir + std::string(kDecomposeConfigName), true);
     return lay;
   }
   std::string dir = base;
   if (dir.empty() || dir.back() != '/') dir += '/';
   lay.config_path = optional_object(dir + std::string(kConfigName));
-  lay.decompose_path = unless_denied(u, [&] { return optional_object(dir + std::string(kDecomposeConfigName)); });
+  lay.decompose_path = optional_object(dir + std::string(kDecomposeConfigName), true);
   const std::string index = dir + std::string(kIndexName);
-  std::optional<std::string> text;  // none: no index (missing, or denied on s3://)
+  std::optional<std::string> text;  // none: no index (the prefix is then listed)
   try {
-    text = unless_denied(u, [&]() -> std::optional<std::string> { return io::read_small_remote(index, max_json); });
+    text = io::read_small_remote(index, max_json);
   } catch (const Error& e) {
-    if (e.kind() != ErrorKind::file_not_found) throw;
+    if (!io::absent_object(index, e)) throw;
   }
   if (text) {
     lay.index_path = index;

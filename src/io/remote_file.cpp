@@ -12,6 +12,7 @@
 
 #include "ctstream/error.hpp"
 #include "io/aws_config.hpp"
+#include "io/http_response.hpp"
 #include "io/url.hpp"
 
 namespace ctstream::io {
@@ -31,6 +32,11 @@ RemoteFile::RemoteFile(HttpTarget target, ObjectInfo info, HttpClient& client, s
       cache_opt_(cache),
       owner_pid_(static_cast<int>(getpid())) {
   id_.path = path_;
+}
+
+bool absent_object(std::string_view url, const Error& e) {
+  if (e.kind() == ErrorKind::file_not_found) return true;
+  return dynamic_cast<const http::AccessDenied*>(&e) != nullptr && parse_url(url).scheme == UrlScheme::s3;
 }
 
 std::unique_ptr<RemoteFile> RemoteFile::open(std::string_view url, HttpClient& client) {

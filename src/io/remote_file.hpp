@@ -109,6 +109,12 @@ class RemoteFile final : public File {
 /// The request target of `url` (s3:// under load_s3_config(), or http(s)://).
 HttpTarget remote_target(std::string_view url);
 
+/// Whether the failure `e` of a request for `url` says the object is not there: a missing object,
+/// or on s3:// S3's 403 AccessDenied, its answer for a missing key to a caller without
+/// s3:ListBucket (a read-only policy on bucket/prefix/*). For objects whose absence is allowed
+/// (decompose_config.json, the index, tokenizer files), never config.json: without it every tensor
+/// would read as stored. Call it from the handler of that request's error.
+bool absent_object(std::string_view url, const Error& e);
 /// Reads a whole small remote object (config.json, index): an object larger than `max_bytes` is
 /// Error{header_too_large} after one request of at most 64 KiB.
 std::string read_small_remote(std::string_view url, uint64_t max_bytes, HttpClient& client = default_http_client());

@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -46,8 +47,9 @@ struct Checkpoint::Impl {
   ConfigInfo config_info;
   std::vector<TensorInfo> tensors;
   std::unordered_map<std::string, size_t> by_name;
-  std::unordered_map<std::string, const TensorPart*> part_by_key;  // every part of `tensors`
-  std::vector<reader::DecodePlan> plans;                           // plans[i]: tensors[i]'s, built at open
+  // every part of `tensors`, keyed by the part's own key string (tensors never change after open)
+  std::unordered_map<std::string_view, const TensorPart*> part_by_key;
+  std::vector<reader::DecodePlan> plans;  // plans[i]: tensors[i]'s, built at open
   // After `files`: destroyed first, so its thread stops before the files it advises close.
   mutable io::ReadAhead read_ahead;
   mutable std::atomic<size_t> last_decoded{

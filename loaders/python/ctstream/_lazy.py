@@ -34,7 +34,7 @@ class LazyTensor(torch.Tensor):
         s = "" if self._slice is None else f", dim {self._slice[0]} [{self._slice[1]}:{self._slice[2]}]"
         return f"LazyTensor('{self._name}'{s}, shape={tuple(self.shape)}, dtype={self.dtype})"
 
-    def materialize(self, out: Optional[torch.Tensor] = None, dtype: Optional[str] = None) -> torch.Tensor:
+    def materialize(self, out: Optional[torch.Tensor] = None, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """Decodes (the selected slice of) the tensor, into `out` when given (as `dtype`: default,
         this tensor's)."""
         dt = self._dt if dtype is None else dtype
@@ -80,7 +80,7 @@ class LazyTensor(torch.Tensor):
                         # natural values into a parameter of another floating dtype (one vLLM keeps
                         # in float32, or the model dtype): ctstream's decode as that dtype is the
                         # natural value rounded once to it, the cast copy_ would make
-                        src.materialize(out=dst, dtype=_FLOATS[dst.dtype])
+                        src.materialize(out=dst, dtype=dst.dtype)
                         return dst
             if func is _aten.detach.default and isinstance(args[0], LazyTensor):
                 t = args[0]
@@ -101,7 +101,7 @@ _TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": 
                  "U32": "uint32", "U64": "uint64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
 
-_FLOATS = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+_FLOATS = (torch.bfloat16, torch.float16, torch.float32)  # the floating dtypes ctstream decodes to
 
 
 def lazy(ckpt, name: str, dtype: Optional[str]) -> Optional[LazyTensor]:

@@ -37,7 +37,6 @@
 
 #include "binding.hpp"
 #ifdef CTSTREAM_HAVE_REMOTE
-#include "io/http_response.hpp"
 #include "io/remote_file.hpp"
 #endif
 #include "ctstream/ctstream.hpp"
@@ -799,11 +798,8 @@ NB_MODULE(_ctstream, m) {
           ctstream_py::Unlocked nogil;
           try {
             s = ctstream::io::read_small_remote(url, max_bytes);
-          } catch (const ctstream::io::http::AccessDenied&) {
-            // S3's answer for a missing key to a caller without s3:ListBucket
-            if (!optional || ctstream::io::parse_url(url).scheme != ctstream::io::UrlScheme::s3) throw;
           } catch (const ctstream::Error& e) {
-            if (!optional || e.kind() != ctstream::ErrorKind::file_not_found) throw;
+            if (!optional || !ctstream::io::absent_object(url, e)) throw;
           }
         }
         if (!s) return std::nullopt;
