@@ -116,6 +116,8 @@ class Checkpoint {
   /// Throws ctstream::Error on any malformed input.
   static Checkpoint open(const std::filesystem::path& path, const OpenOptions& options = {});
 
+  /// A moved-from Checkpoint holds nothing: it may be assigned to or destroyed, and nothing else
+  /// (as a moved-from std::unique_ptr may not be dereferenced).
   Checkpoint(Checkpoint&&) noexcept;
   Checkpoint& operator=(Checkpoint&&) noexcept;
   ~Checkpoint();

@@ -30,6 +30,8 @@ bool available() noexcept;
 /// `cuda_stream` (a cudaStream_t; nullptr = the default stream). Returns once the stored bytes
 /// have reached the device and the decode is queued: synchronise the stream before reading the
 /// output. @return bytes the decode writes.
+/// A low-rank tensor (W = B @ A) is computed by the host decoder, then copied. `device_ptr` must be
+/// aligned to the output's element size (cudaMalloc's are), else Error{invalid_argument}.
 /// Throws Error{unsupported} without CUDA or a device, Error{buffer_too_small}, and the Errors
 /// decode_into() throws for the same tensor; a CUDA failure is Error{out_of_memory} (allocation)
 /// or Error{internal} naming the CUDA call.

@@ -49,8 +49,8 @@ class SafetensorsWriter {
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
 
-  /// Bytes tensor `i` must receive.
-  uint64_t tensor_bytes(size_t i) const { return sizes_.at(i); }
+  /// Bytes tensor `i` (in declaration order) must receive; Error{invalid_argument} past the last.
+  uint64_t tensor_bytes(size_t i) const;
   /// Appends bytes of the current tensor(s); tensors are filled in order.
   void write(std::span<const std::byte> data);
   /// Checks every tensor got exactly its bytes, flushes, fsyncs and renames into place.

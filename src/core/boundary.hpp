@@ -3,22 +3,42 @@
 // an allocation failure becomes Error{out_of_memory}, a std::filesystem error (a link loop, a name
 // too long, a directory that cannot be listed: the environment, not a bug) Error{io} naming its
 // path, and anything else (a bug) Error{internal}, named after the file and tensor the call
-// concerned.
+// concerned. An exception thrown by one of the caller's own callbacks (a progress report, a sink,
+// a destination, a fetch) is not ours: call_caller() carries it through as CallerThrew, and
+// at_boundary rethrows it to the caller as it was thrown.
 #pragma once
 #include <exception>
 #include <filesystem>
 #include <new>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "ctstream/error.hpp"
 
 namespace ctstream::detail {
 
+/// An exception thrown by a caller's callback, on its way back to the caller unchanged.
+struct CallerThrew {
+  std::exception_ptr thrown;
+};
+
+/// Calls the caller's callback `f`: whatever it throws leaves as CallerThrew.
+template <class F, class... Args>
+decltype(auto) call_caller(F&& f, Args&&... args) {
+  try {
+    return std::forward<F>(f)(std::forward<Args>(args)...);
+  } catch (...) {
+    throw CallerThrew{std::current_exception()};
+  }
+}
+
 template <class F>
 auto at_boundary(const std::string& file, const std::string& tensor, F&& body) -> decltype(body()) {
   try {
     return body();
+  } catch (const CallerThrew& c) {
+    std::rethrow_exception(c.thrown);
   } catch (const Error& e) {
     // An error from below the reader (a remote read that gave up, an I/O fault) knows its file but
     // not the tensor being read: the entry point names it.

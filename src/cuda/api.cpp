@@ -234,6 +234,18 @@ uint64_t decode_device(const Checkpoint& ck, const TensorInfo& t, const Cuda& cu
             "device buffer holds " + std::to_string(dbytes) + " bytes, decode needs " + std::to_string(need));
   if (need == 0) return 0;
   if (!dptr) cu.fail(ErrorKind::invalid_argument, "device pointer is null");
+  // The kernels store whole elements: a misaligned pointer would fault the context, not this call.
+  if (const uint64_t esz = dtype_bits(out) / 8; esz > 1 && reinterpret_cast<uintptr_t>(dptr) % esz != 0)
+    cu.fail(ErrorKind::invalid_argument,
+            "device pointer is not aligned to the output's " + std::to_string(esz) + "-byte elements");
+
+  if (t.format == Format::low_rank) {  // W = B @ A: computed by the host decoder, then uploaded
+    std::vector<std::byte> host(need);
+    (void)ck.decode_into(t, host, out, slice);
+    cu.check(cudaMemcpyAsync(dptr, host.data(), need, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    cu.check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // before `host` goes
+    return need;
+  }
 
   Staging staging(cu, ck, stream);
 

@@ -49,6 +49,13 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path out, std::vector<Entr
 
 SafetensorsWriter::~SafetensorsWriter() = default;  // an uncommitted temporary file is removed
 
+uint64_t SafetensorsWriter::tensor_bytes(size_t i) const {
+  if (i >= sizes_.size())
+    throw Error(ErrorKind::invalid_argument, out_.string(), "",
+                "tensor " + std::to_string(i) + " asked of a writer declaring " + std::to_string(sizes_.size()));
+  return sizes_[i];
+}
+
 void SafetensorsWriter::write(std::span<const std::byte> data) {
   detail::at_boundary(out_.string(), "", [&] {
     if (!tmp_) throw Error(ErrorKind::invalid_argument, out_.string(), "", "write after commit");

@@ -468,15 +468,16 @@ uint64_t Checkpoint::decode_chunked(const TensorInfo& given, DType out_dtype, ui
       detail::at_boundary(file, t.name, [&] { return std::make_unique<reader::ChunkedDecode>(*impl_, t, out_dtype); });
   const uint64_t whole = output_bytes(t, out_dtype);
   std::vector<std::byte> buf;
+  const auto allocate = [&](uint64_t bytes) { detail::at_boundary(file, t.name, [&] { buf.resize(bytes); }); };
   if (t.shape.empty() || t.shape[0] <= 1 || whole <= max_bytes || dtype_bits(out_dtype) % 8 != 0) {
-    buf.resize(whole);
+    allocate(whole);
     const uint64_t n = detail::at_boundary(file, t.name, [&] { return dec->decode(buf, std::nullopt); });
     sink({buf.data(), n});
     return n;
   }
   const uint64_t rows = t.shape[0], row_bytes = whole / rows;  // whole-byte dtype: exact
   const uint64_t per = std::max<uint64_t>(1, max_bytes / std::max<uint64_t>(1, row_bytes));
-  buf.resize(std::min(rows, per) * row_bytes);
+  allocate(std::min(rows, per) * row_bytes);
   uint64_t total = 0;
   for (uint64_t r = 0; r < rows; r += per) {
     const Slice s{0, r, std::min(rows, r + per)};

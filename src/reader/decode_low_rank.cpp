@@ -60,7 +60,9 @@ uint64_t decode_low_rank(const Checkpoint::Impl& ck, const TensorInfo& t, std::s
     const uint64_t w0 = std::max(i0, r0), w1 = std::min(i1, r1);     // the ones wanted
     thread_local std::vector<float> scratch;
     float* c;
-    const bool in_place = whole_rows && !convert && w0 == i0 && w1 == i1;  // F32 rows, all wanted
+    // F32 rows, all wanted, into a buffer floats may be stored to (a caller's buffer need not be)
+    const bool in_place =
+        whole_rows && !convert && w0 == i0 && w1 == i1 && reinterpret_cast<uintptr_t>(out.data()) % alignof(float) == 0;
     if (in_place) {
       c = reinterpret_cast<float*>(out.data()) + (i0 - r0) * K;
     } else {

@@ -70,7 +70,7 @@ uint64_t decompress_to_file(const Checkpoint& ckpt, const std::filesystem::path&
               throw Error(ErrorKind::io, out.string(), "", "cancelled; nothing was written");
             w.write(b);
           });
-      if (opt.progress) opt.progress(i + 1, tensors.size(), t);
+      if (opt.progress) detail::call_caller(opt.progress, i + 1, tensors.size(), t);
     }
     w.commit();
     return total;

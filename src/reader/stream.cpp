@@ -20,13 +20,6 @@
 
 namespace ctstream {
 
-namespace {
-// An exception thrown by StreamOptions::destination, carried to next() as it was thrown.
-struct FromDestination {
-  std::exception_ptr thrown;
-};
-}  // namespace
-
 struct Stream::Impl {
   const Checkpoint& ck;
   StreamOptions opt;
@@ -150,12 +143,7 @@ struct Stream::Impl {
     try {
       std::span<std::byte> dst;
       if (opt.destination) {
-        try {
-          dst = opt.destination(t, s.bytes);
-        } catch (...) {  // the caller's own exception: next() rethrows it as it is
-          s.error = std::make_exception_ptr(FromDestination{std::current_exception()});
-          return;
-        }
+        dst = detail::call_caller(opt.destination, t, s.bytes);  // its exception: next() rethrows it as it is
       } else if (s.oversize) {
         if (oversize_buf.size() < s.bytes) {  // grows to the largest oversize tensor, then reused
           oversize_buf = io::AnonBuffer();    // the old one goes first: never both at once
@@ -274,17 +262,7 @@ Stream::~Stream() {
   if (impl_ && impl_->foreign()) (void)impl_.release();
 }
 std::optional<Stream::Item> Stream::next() {
-  std::exception_ptr callers;
-  auto item = detail::at_boundary("", "", [&]() -> std::optional<Item> {
-    try {
-      return impl_->next();
-    } catch (const FromDestination& e) {  // not ours: past at_boundary, which would call it internal
-      callers = e.thrown;
-      return std::nullopt;
-    }
-  });
-  if (callers) std::rethrow_exception(callers);
-  return item;
+  return detail::at_boundary("", "", [&] { return impl_->next(); });
 }
 size_t Stream::size() const noexcept { return impl_->order.size(); }
 uint64_t Stream::peak_held_bytes() const noexcept {

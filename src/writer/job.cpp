@@ -123,7 +123,8 @@ void Job::scan() {
     }
     done += it.t->stored_bytes();
     if (o_.progress)
-      o_.progress({CompressProgress::Phase::scan, k + 1, need.size(), done, total, it.t->name, elapsed()});
+      detail::call_caller(o_.progress, CompressProgress{CompressProgress::Phase::scan, k + 1, need.size(), done, total,
+                                                        it.t->name, elapsed()});
   }
   if (r_.format == Format::nvfp4_pack_quantized) {
     std::map<std::string, Item*> by_module;
@@ -220,8 +221,8 @@ void Job::write_shards() {
       ++done;
       bytes_done += items_[i].t->stored_bytes();
       if (o_.progress)
-        o_.progress({CompressProgress::Phase::write, done, items_.size(), bytes_done, plan_.input_bytes,
-                     items_[i].t->name, elapsed()});
+        detail::call_caller(o_.progress, CompressProgress{CompressProgress::Phase::write, done, items_.size(),
+                                                          bytes_done, plan_.input_bytes, items_[i].t->name, elapsed()});
     }
     w.commit();
     rep_.files.push_back(shard_names_[s]);

@@ -119,6 +119,21 @@ want_ref=3; "$CT" --version | grep -q "ISA scalar" && want_ref=0  # nothing to c
 [ "$(grep -c '= scalar reference' "$TMP/out")" = $want_ref ] && ok || bad "demo: the SIMD decodes were not compared with the scalar reference"
 rm -rf "$TMP/demo"
 
+# One shard of a model whose save cut a module between shards: by default its parts come from the
+# shard the index names; --file-alone reads the file alone (refused: a part is missing);
+# --stored-entries lists the file's entries as safetensors does (the packed weight, no scale).
+mod=$(python3 "$ROOT/tests/cli/cut_shards.py" "$FIX/ct/v012_pack_w4_g32_sym_bf16" "$TMP/cut")
+shard=$TMP/cut/model-00001-of-00002.safetensors
+expect_rc 0 "verify a cut shard" "$CT" verify "$shard"
+expect_rc 0 "inspect a cut shard" "$CT" inspect "$shard" --json
+grep -q "\"$mod.weight\"" "$TMP/out" && ok || bad "inspect of a cut shard does not list $mod.weight"
+expect_rc 1 "inspect a cut shard --file-alone" "$CT" inspect "$shard" --file-alone
+grep -q "weight_scale" "$TMP/err" && ok || bad "--file-alone: the refusal does not name the missing part"
+expect_rc 0 "inspect --stored-entries" "$CT" inspect "$shard" --stored-entries --json
+grep -q "\"$mod.weight_packed\"" "$TMP/out" && ! grep -q "\"$mod.weight\"" "$TMP/out" && ok ||
+  bad "--stored-entries does not list the file's entries as stored"
+expect_rc 0 "verify --stored-entries --pread" "$CT" verify "$shard" --stored-entries --pread
+
 [ -x "$PY" ] || echo "note: $PY missing (run tools/setup_python.sh); Python cross-checks skipped"
 ls "$TMP" | grep -q '\.tmp\.' && bad "temporary file left behind" || ok
 

@@ -5,6 +5,7 @@
 // CPU refuses a request, the device path must refuse it with the same error kind.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -131,4 +132,34 @@ TEST_CASE("every dense fixture decodes on the device bit-identically to the CPU"
   }
   CHECK(files >= 3);
   CHECK(decoded > 50);
+}
+
+TEST_CASE("low-rank tensors decode on the device bit-identically to the CPU", "[device][lowrank]") {
+  // W = B @ A is computed by the host decoder and uploaded: the device gets the CPU's bits.
+  cudaStream_t stream;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  int decoded = 0;
+  for (const char* name : {"bf16", "fp32"}) {
+    INFO("case " << name);
+    const Checkpoint ck = Checkpoint::open(th::fixtures() / "lowrank" / name);
+    REQUIRE(std::any_of(ck.tensors().begin(), ck.tensors().end(),
+                        [](const TensorInfo& t) { return t.format == Format::low_rank; }));
+    decoded += compare_all(ck, stream);
+  }
+  CHECK(decoded > 50);
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("a device pointer misaligned for the output's elements is refused, not faulted on", "[device]") {
+  const Checkpoint ck = Checkpoint::open(th::fixtures() / "ct" / "v012_pack_w4_g32_sym_bf16");
+  const TensorInfo& t = ck.tensors()[0];
+  const uint64_t need = ck.output_bytes(t, DType::F32);
+  DeviceMem dev(need + 8);
+  for (DType d : {DType::BF16, DType::F32}) {
+    auto* odd = static_cast<char*>(dev.p) + 1;
+    REQUIRE(th::error_kind([&] { (void)cuda::decode_into_device(ck, t, odd, need, d); }) ==
+            ErrorKind::invalid_argument);
+  }
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // the context is still usable
+  REQUIRE(cuda::decode_into_device(ck, t, dev.p, need + 8, DType::F32) == need);
 }

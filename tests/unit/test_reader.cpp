@@ -379,3 +379,29 @@ TEST_CASE("decompress_to_file writes what decode_into returns", "[reader][decomp
     REQUIRE(out.at("c").dtype == DType::I16);
   }
 }
+
+TEST_CASE("an exception from the caller's callback reaches the caller as it was thrown", "[reader][decompress]") {
+  // Not ours: at the API boundary it is neither renamed nor reported as an internal error.
+  struct Mine {
+    int code;
+  };
+  th::TempDir tmp("decomp_cb");
+  auto in = Checkpoint::open(
+      write(tmp.path / "in.safetensors", {make("a", DType::F32, {7, 3}, 1), make("b", DType::BF16, {4}, 2)}));
+  DecompressOptions opt;
+  opt.progress = [](size_t done, size_t, const TensorInfo&) {
+    if (done == 1) throw Mine{7};
+  };
+  try {
+    decompress_to_file(in, tmp.path / "out.safetensors", opt);
+    FAIL("no exception");
+  } catch (const Mine& m) {
+    CHECK(m.code == 7);
+  }
+  CHECK(!fs::exists(tmp.path / "out.safetensors"));  // nothing left behind
+  opt.progress = [](size_t, size_t, const TensorInfo&) { throw std::runtime_error("the caller's"); };
+  CHECK_THROWS_WITH(decompress_to_file(in, tmp.path / "out.safetensors", opt), "the caller's");
+  // decode_chunked's sink likewise.
+  CHECK_THROWS_AS(in.decode_chunked(in.at("a"), DType::F32, 8, [](std::span<const std::byte>) { throw Mine{1}; }),
+                  Mine);
+}

@@ -14,6 +14,9 @@ TEST_CASE("SafetensorsWriter output is a valid safetensors file", "[writer]") {
     SafetensorsWriter w(tmp.path / "x.safetensors",
                         {{"a", DType::I32, {2, 3}}, {"b", DType::U8, {3}}, {"empty", DType::F32, {0, 4}}},
                         {{"format", "pt"}});
+    CHECK(w.tensor_bytes(0) == 24);
+    CHECK(w.tensor_bytes(2) == 0);
+    CHECK(th::error_kind([&] { (void)w.tensor_bytes(3); }) == ErrorKind::invalid_argument);  // past the last
     w.write(std::span(data).first(10));
     w.write(std::span(data).subspan(10));
     w.commit();

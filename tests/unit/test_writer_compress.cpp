@@ -521,6 +521,14 @@ TEST_CASE("compress failures name the tensor and leave nothing behind", "[writer
       if (p.tensors_done == 3) throw Error(ErrorKind::io, "", "", "stop");
     };
     expect(t, ErrorKind::io, "", tmp.path / "in", "callback");
+    // The caller's own exception type comes back as it was thrown (not "internal error").
+    struct Mine {};
+    CompressOptions m = base;
+    m.progress = [](const CompressProgress& p) {
+      if (p.tensors_done == 2) throw Mine{};
+    };
+    CHECK_THROWS_AS(compress_checkpoint(tmp.path / "in", tmp.path / "out", m), Mine);
+    nothing_left(tmp.path / "out");
   }
   // Output directory not writable: /sys refuses mkdir even for root.
   if (fs::is_directory("/sys")) {
@@ -744,6 +752,12 @@ TEST_CASE("compress from memory: class targets, extra files, bad buffers leave n
       return bytes[i];
     });
     CHECK_THROWS_AS(compress(src2, tmp.path / "bad", o), Error);
+    struct Mine {};
+    BufferSource src3(entries, [&](size_t i) -> std::span<const std::byte> {
+      if (i == 5) throw Mine{};
+      return bytes[i];
+    });
+    CHECK_THROWS_AS(compress(src3, tmp.path / "bad", o), Mine);
     CHECK(!fs::exists(tmp.path / "bad"));
     for (const auto& e : fs::directory_iterator(tmp.path))
       CHECK(e.path().filename().string().find("bad") == std::string::npos);

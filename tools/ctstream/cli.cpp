@@ -99,10 +99,17 @@ uint64_t parse_uint(const std::string& flag, const std::string& v, uint64_t lo, 
   return n;
 }
 
+std::vector<std::string> with_open_switches(std::vector<std::string> own) {
+  for (const char* s : {"--pread", "--stored-factors", "--stored-entries", "--file-alone"}) own.emplace_back(s);
+  return own;
+}
+
 ctstream::OpenOptions open_options(const Args& a) {
   ctstream::OpenOptions o;
   if (a.has("--pread")) o.io = ctstream::IoMode::pread;
   if (a.has("--stored-factors")) o.low_rank = ctstream::LowRank::stored;
+  if (a.has("--stored-entries")) o.stored_entries = true;  // the file's entries as safetensors reads them
+  if (a.has("--file-alone")) o.sibling_shards = false;     // one shard without the parts the index puts elsewhere
   if (a.has("--threads"))
     o.threads = static_cast<unsigned>(parse_uint("--threads", a.get("--threads"), 0, ctstream::kMaxThreads));
   if (a.has("--module-classes")) {

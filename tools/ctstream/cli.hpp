@@ -30,6 +30,9 @@ std::string human_bytes(uint64_t n);
 using ctstream::shape_str;
 /// "int4 group128 asym" style summary of a tensor's scheme ("" for dense).
 std::string scheme_str(const ctstream::TensorInfo& t);
+/// The switches open_options() reads, which every command reading a user's checkpoint takes
+/// besides its own: `own` plus these.
+std::vector<std::string> with_open_switches(std::vector<std::string> own);
 ctstream::OpenOptions open_options(const Args& a);
 ctstream::DType parse_dtype(const std::string& s);
 /// A decimal integer option value in [lo, hi], all of `v` (no sign, no trailing text, no

@@ -25,7 +25,7 @@
 namespace cli {
 
 int cmd_bench(int argc, char** argv) {
-  Args a = parse(argc, argv, 2, {"--json", "--pread", "--cold", "--stored-factors", "--arena"},
+  Args a = parse(argc, argv, 2, with_open_switches({"--json", "--cold", "--arena"}),
                  {"--threads", "--dtype", "--repeat", "--budget", "--module-classes", "--tp", "--tp-dim"});
   if (a.pos.size() != 1) throw std::invalid_argument("bench needs exactly one PATH");
   const ctstream::DType out = parse_dtype(a.get("--dtype", "bf16"));

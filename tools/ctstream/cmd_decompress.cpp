@@ -6,7 +6,7 @@
 namespace cli {
 
 int cmd_decompress(int argc, char** argv) {
-  Args a = parse(argc, argv, 2, {"--pread", "--quiet", "--stored-factors", "--overwrite"},
+  Args a = parse(argc, argv, 2, with_open_switches({"--quiet", "--overwrite"}),
                  {"--dtype", "--threads", "--module-classes"});
   if (a.pos.size() != 2) throw std::invalid_argument("decompress needs PATH and OUT.safetensors");
   auto ckpt = ctstream::Checkpoint::open(a.pos[0], open_options(a));

@@ -7,7 +7,7 @@
 namespace cli {
 
 int cmd_inspect(int argc, char** argv) {
-  Args a = parse(argc, argv, 2, {"--json", "--pread", "--stored-factors"}, {"--threads", "--module-classes"});
+  Args a = parse(argc, argv, 2, with_open_switches({"--json"}), {"--threads", "--module-classes"});
   if (a.pos.size() != 1) throw std::invalid_argument("inspect needs exactly one PATH");
   auto ckpt = ctstream::Checkpoint::open(a.pos[0], open_options(a));
   uint64_t stored = 0, decoded = 0;

@@ -8,7 +8,7 @@
 namespace cli {
 
 int cmd_verify(int argc, char** argv) {
-  Args a = parse(argc, argv, 2, {"--pread", "--quiet", "--stored-factors"}, {"--threads", "--module-classes"});
+  Args a = parse(argc, argv, 2, with_open_switches({"--quiet"}), {"--threads", "--module-classes"});
   if (a.pos.size() != 1) throw std::invalid_argument("verify needs exactly one PATH");
   auto ckpt = ctstream::Checkpoint::open(a.pos[0], open_options(a));
   size_t problems = 0, nonfinite_tensors = 0;

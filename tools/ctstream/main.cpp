@@ -33,6 +33,8 @@ void usage() {
       "common options: --pread (positional reads instead of mmap), --threads N (every command that reads\n"
       "  a checkpoint); inspect, decompress, verify and bench also take\n"
       "  --stored-factors (a low-rank checkpoint's factors as stored, not the original weights),\n"
+      "  --stored-entries (every file's entries as safetensors reads them: no config.json applied),\n"
+      "  --file-alone (one shard of a sharded model alone: no parts read from the other shards),\n"
       "  --module-classes FILE (JSON: module name -> its class names, for config groups that target\n"
       "  classes such as Linear / Embedding; without it such groups must be told apart by the stored parts)\n"
       "PATH is a .safetensors file or a model directory (with or without an index).\n",
