@@ -61,6 +61,10 @@ stat() {  # stat NAME LOG -> the number libFuzzer printed for it
 if [ "$mode" = smoke ]; then
   secs=${1:-10}
   rc=0
+  # One seed per commit (CTSTREAM_FUZZ_SEED overrides), printed: a finding in CI names the seed that
+  # replays its search, not an unrepeatable random one.
+  seed=${CTSTREAM_FUZZ_SEED:-$(( 0x$(git rev-parse --short=7 HEAD 2>/dev/null || echo 1) % 2147483646 + 1 ))}
+  echo "fuzz smoke: -seed=$seed (CTSTREAM_FUZZ_SEED=$seed replays it)"
   for t in "${TARGETS[@]}"; do
     corpus=tests/fuzz/corpus/$t
     log=build-fuzz/findings/$t.log
@@ -74,7 +78,7 @@ if [ "$mode" = smoke ]; then
     dirs=("$work")
     [ -d "$corpus" ] && dirs+=("$corpus")
     dirs+=(build-fuzz/seeds/$t)
-    if ! build-fuzz/bin/fuzz_$t "${COMMON[@]}" $(extra "$t") -max_total_time="$secs" -artifact_prefix=build-fuzz/findings/$t- \
+    if ! build-fuzz/bin/fuzz_$t "${COMMON[@]}" $(extra "$t") -seed="$seed" -max_total_time="$secs" -artifact_prefix=build-fuzz/findings/$t- \
          "${dirs[@]}" >"$log" 2>&1; then
       echo "fuzz_$t: FINDING (see $log)"; tail -n 30 "$log"; rc=1; continue
     fi

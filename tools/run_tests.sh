@@ -116,7 +116,9 @@ python_tests() {
   # run, which ccache cannot match, so every fresh clone compiled them again.
   local nb
   nb=$(.venv/bin/python -m nanobind --cmake_dir)
-  if ! .venv/bin/python -m build --wheel -C build-dir=build-py/wheel -C cmake.define.nanobind_ROOT="$nb" \
+  # Its isolated build env takes the pinned build backend (tools/python-constraints.txt).
+  if ! PIP_CONSTRAINT="$ROOT/tools/python-constraints.txt" .venv/bin/python -m build --wheel -C build-dir=build-py/wheel \
+      -C cmake.define.nanobind_ROOT="$nb" \
       --outdir "$WHEEL_DIR" . >"$LOGS/python-build.log" 2>&1; then
     tail -n 60 "$LOGS/python-build.log"
     return 1
@@ -136,8 +138,30 @@ asan_tests() {
   CC=clang CXX=clang++ bash tools/build.sh build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCTSTREAM_FUZZ=ON \
     -DCTSTREAM_BUILD_TESTS=ON -DCTSTREAM_BUILD_BENCH=OFF -DCTSTREAM_WERROR=ON -DCTSTREAM_CUDA=OFF
   (cd build-fuzz && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-     ctest --output-on-failure -j2)
+     $NO_ASLR ctest --output-on-failure -j2)
 }
+
+# Before anything: room on disk. A fresh machine installs two venvs under ~/.cache (~6 GB each:
+# PyPI's torch brings its CUDA libraries), the builds and the tests' temporary files take ~2 GB
+# more; out of space, a stage would fail somewhere in the middle with ENOSPC. Said here instead.
+need_gb=3
+[ -x "$HOME/.cache/ctstream/ref-venv/bin/python" ] || need_gb=$((need_gb + 7))
+[ "${CTSTREAM_SKIP_VLLM:-0}" = 1 ] || [ -x "$HOME/.cache/ctstream/vllm-venv/bin/python" ] || need_gb=$((need_gb + 7))
+mkdir -p "$HOME/.cache"
+avail_kb=$(df -Pk "$HOME/.cache" "$ROOT" "${TMPDIR:-/tmp}" | awk 'NR > 1 { print $4 }' | sort -n | head -n 1)
+if [ "${avail_kb:-0}" -lt $((need_gb * 1048576)) ]; then
+  echo "== FAILED preflight: $((avail_kb / 1048576)) GB free on the emptiest of ~/.cache, this clone and TMPDIR;"
+  echo "   this run needs about $need_gb GB (the venvs under ~/.cache/ctstream, the builds, the tests' files)"
+  exit 1
+fi
+# Loopback servers (rclone, the fault proxy, vLLM's) are never reached through a proxy the
+# runner's environment may name for PyPI.
+export no_proxy=${no_proxy:+$no_proxy,}127.0.0.1,localhost,::1 NO_PROXY=${NO_PROXY:+$NO_PROXY,}127.0.0.1,localhost,::1
+# clang 14's sanitizers assume at most 28 bits of mmap randomisation: on a kernel with more
+# (vm.mmap_rnd_bits = 32 on some images) ASan binaries crash at random. They run without ASLR.
+NO_ASLR=""
+if setarch "$(uname -m)" -R true 2>/dev/null; then NO_ASLR="setarch $(uname -m) -R"; fi
+export NO_ASLR
 
 echo "== setup: apt packages (the reference venv and the vLLM venv install in the background)"
 stage setup bash tools/setup.sh
@@ -185,6 +209,6 @@ if [ "${CTSTREAM_SKIP_AARCH64:-0}" != 1 ]; then
 fi
 if [ "${CTSTREAM_SKIP_FUZZ:-0}" != 1 ]; then
   echo "== libFuzzer: replay every committed corpus, then ${CTSTREAM_FUZZ_SECONDS:-10} s per target (clang, ASan + UBSan)"
-  stage fuzz bash tools/fuzz.sh smoke "${CTSTREAM_FUZZ_SECONDS:-10}"
+  stage fuzz $NO_ASLR bash tools/fuzz.sh smoke "${CTSTREAM_FUZZ_SECONDS:-10}"
 fi
 echo "== all stages passed"

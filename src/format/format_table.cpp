@@ -15,7 +15,9 @@ using S = ShapeRule;
 
 constexpr DTypeSet kFloat = dtypes({D::F16, D::BF16, D::F32});
 constexpr DTypeSet kShapeInts = dtypes({D::I64, D::I32});
-constexpr DTypeSet kE8M0 = dtypes({D::U8, D::F8_E8M0});
+// E8M0 scales as the library writes them by default: the biased exponent in a uint8 (mx_utils.py
+// compress_mx_scale). Not F8_E8M0 (`scale_dtype: float8_e8m0fnu`): grouping.cpp says why.
+constexpr DTypeSet kE8M0 = dtypes({D::U8});
 // Zero points of unpacked formats: int8 for INT weights, fp8 for FLOAT ones (quant_args.py
 // `pytorch_dtype`), or the scale's dtype as some older writers stored them.
 constexpr DTypeSet kZeroPoint = dtypes({D::I8, D::F8_E4M3, D::F16, D::BF16, D::F32});
@@ -47,11 +49,24 @@ constexpr PartRule kMxfp8[] = {
     {R::weight, true, dtypes({D::F8_E4M3}), S::logical},
     {R::weight_scale, true, kE8M0, S::scale},
 };
+// NVFP4PackedCompressor.decompress (nvfp4/base.py): scale.to(bf16), divided by the global scale
+// when one is stored (forward_helpers.py `_dequantize`). F8_E4M3 (the default) and BF16
+// (`scale_dtype: bfloat16`) scales reach bf16 exactly; F16 / F32 ones would be rounded first
+// (grouping.cpp refuses them). The global scale is required by the config's strategy
+// (tensor_group), not by the format: grouping.cpp.
 constexpr PartRule kNvfp4[] = {
     {R::weight_packed, true, dtypes({D::U8}), S::packed_rows},
-    {R::weight_scale, true, dtypes({D::F8_E4M3}), S::scale},
-    {R::weight_global_scale, true, dtypes({D::F32}), S::scalar},
+    {R::weight_scale, true, dtypes({D::F8_E4M3, D::BF16}), S::scale},
+    {R::weight_global_scale, false, dtypes({D::F32}), S::scalar},
 };
+// MXFP4PackedCompressor inherits NVFP4's decompress: a stored global scale (FP4 tensor_group with
+// groups of 32, which the library stores as mxfp4) divides its scales too.
+constexpr PartRule kMxfp4[] = {
+    {R::weight_packed, true, dtypes({D::U8}), S::packed_rows},
+    {R::weight_scale, true, kE8M0, S::scale},
+    {R::weight_global_scale, false, dtypes({D::F32}), S::scalar},
+};
+// MXFP6PackedCompressor.decompress passes no global scale: a stored one stays a plain tensor.
 constexpr PartRule kMxPacked[] = {
     {R::weight_packed, true, dtypes({D::U8}), S::packed_rows},
     {R::weight_scale, true, kE8M0, S::scale},
@@ -99,7 +114,7 @@ constexpr FormatFacts kFactsSparse24{kSparse24, R::compressed,    C::sparse,    
 constexpr FormatFacts kFactsPack    {kPack,     R::weight_packed, C::packed_int, SF::weight_shape, 1, 1, N::scale,           2, 0, true,  kAny};
 constexpr FormatFacts kFactsNaive   {kNaive,    R::weight,        C::byte,       SF::main_part,    1, 1, N::scale,           1, 0, false, kAny};
 constexpr FormatFacts kFactsNvfp4   {kNvfp4,    R::weight_packed, C::e2m1,       SF::packed_bytes, 2, 1, N::bf16,            2, 2, false, FixedArgs{4, QT::float_, QS::tensor_group, 16}};
-constexpr FormatFacts kFactsMxfp4   {kMxPacked, R::weight_packed, C::e2m1,       SF::packed_bytes, 2, 1, N::bf16,            2, 2, false, FixedArgs{4, QT::float_, QS::group, 32}};
+constexpr FormatFacts kFactsMxfp4   {kMxfp4,    R::weight_packed, C::e2m1,       SF::packed_bytes, 2, 1, N::bf16,            2, 2, false, FixedArgs{4, QT::float_, QS::group, 32}};
 constexpr FormatFacts kFactsMxfp6   {kMxPacked, R::weight_packed, C::e2m3,       SF::packed_bytes, 4, 3, N::bf16,            2, 2, false, FixedArgs{6, QT::float_, QS::group, 32}};
 constexpr FormatFacts kFactsMxfp8   {kMxfp8,    R::weight,        C::byte,       SF::main_part,    1, 1, N::bf16,            2, 2, false, FixedArgs{8, QT::float_, QS::group, 32}};
 constexpr FormatFacts kFactsMarlin  {kMarlin24, R::weight_packed, C::marlin,     SF::marlin_tiles, 1, 1, N::f16,             2, 2, true,  kAny};

@@ -53,6 +53,7 @@ class Grouper {
   TensorInfo build(const std::string& p, const Module& m, Format fmt, const SchemeGroup* group,
                    std::set<const RawTensor*>& used) const;
   bool legacy_packing(const TensorInfo& t, const RawTensor& main) const;
+  void refuse_undecodable(const std::string& p, const Module& m, Format fmt, QuantStrategy strategy) const;
 
   const std::vector<RawTensor>& raw_;
   const Scheme& s_;
@@ -144,6 +145,11 @@ std::optional<Format> Grouper::classify(const std::string& p, const Module& m) c
     if (sc->dtype == DType::U8 || sc->dtype == DType::F8_E8M0) return Format::mxfp8_quantized;
     return w->dtype == DType::F8_E4M3 ? Format::float_quantized : Format::naive_quantized;
   }
+  // INT weights of 9..32 bits: the library stores their codes naive-quantized as int16 / int32
+  // (QuantizationArgs.pytorch_dtype; pack-quantized takes 1..8 bits). Quantized, whatever build()
+  // then says of them: never a plain tensor of codes.
+  if (w && sc && (w->dtype == DType::I16 || w->dtype == DType::I32 || w->dtype == DType::I64))
+    return Format::naive_quantized;
   return std::nullopt;
 }
 
@@ -167,6 +173,43 @@ bool Grouper::legacy_packing(const TensorInfo& t, const RawTensor& main) const {
   return !(W == dense_w && W != old_w);
 }
 
+// Layouts today's library writes whose values ctstream would not decode as the library does:
+// refused, naming why (unsupported, not damaged: the file is the library's own).
+void Grouper::refuse_undecodable(const std::string& p, const Module& m, Format fmt, QuantStrategy strategy) const {
+  const std::string name = p + ".weight";
+  const RawTensor* scale = m.get(Role::weight_scale);
+  auto refuse = [&](const RawTensor& r, const std::string& msg) {
+    throw Error(ErrorKind::unsupported, file_of_(r.file), name, msg);
+  };
+  // `scale_dtype: float8_e8m0fnu`: compress_mx_scale converts the biased exponent (an int32)
+  // to that dtype by value, and decompress_mx_scale reads the value back as the exponent
+  // (compressors/mx_utils.py), which is not the E8M0 encoding of the MX formats (the stored bits
+  // are the biased exponent, as vLLM's kernels read them). The two readings give different
+  // weights, and neither is the original: refused, not guessed. U8 scales (the default) are read.
+  const bool mx =
+      fmt == Format::mxfp4_pack_quantized || fmt == Format::mxfp6_pack_quantized || fmt == Format::mxfp8_quantized;
+  if (mx && scale && scale->dtype == DType::F8_E8M0)
+    refuse(*scale,
+           "weight_scale is stored as F8_E8M0 (scale_dtype float8_e8m0fnu), which compressed-tensors "
+           "writes and reads by value (mx_utils.py), not as the E8M0 exponent encoding MX formats define: "
+           "the two readings differ, so neither is guessed (U8 scales, the library's default, are read)");
+  if (fmt == Format::nvfp4_pack_quantized && scale && (scale->dtype == DType::F16 || scale->dtype == DType::F32))
+    refuse(*scale, "nvfp4 weight_scale stored as " + std::string(dtype_name(scale->dtype)) +
+                       " (scale_dtype): only F8_E4M3 (the default) and BF16 scales are decoded");
+  // A tensor_group FP4 weight is scaled by its global scale (nvfp4/base.py decompress divides by
+  // it); without it every value would be off by that factor. (Groups of FP4 under strategy
+  // "group" have none: the library then divides by nothing.)
+  if ((fmt == Format::nvfp4_pack_quantized || fmt == Format::mxfp4_pack_quantized) &&
+      strategy == QuantStrategy::tensor_group && !m.get(Role::weight_global_scale))
+    fail(*m.get(Role::weight_packed), name,
+         std::string(format_name(fmt)) +
+             " weight of strategy tensor_group has no 'weight_global_scale' part (its scales are divided by it)");
+  const RawTensor* w = m.get(Role::weight);
+  if (w && (w->dtype == DType::I16 || w->dtype == DType::I32 || w->dtype == DType::I64))
+    refuse(*w, std::string(format_name(fmt)) + " weight of " + std::string(dtype_name(w->dtype)) +
+                   " codes (INT weights of more than 8 bits): only 8-bit codes (I8 / F8_E4M3) are decoded");
+}
+
 TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, const SchemeGroup* group,
                           std::set<const RawTensor*>& used) const {
   TensorInfo t;
@@ -188,6 +231,8 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, con
     if (!sparse) fmt = cfg_fmt;
   }
   t.format = fmt;
+  const QuantStrategy cfg_strategy = t.quant.strategy;  // before a format's fixed layout replaces it
+  if (t.quantized && !sparse) refuse_undecodable(p, m, fmt, cfg_strategy);
 
   // 2. The logical shape, from the parts that define it.
   auto packed_shape = [&](uint64_t num, uint64_t den) {

@@ -218,3 +218,32 @@ CASES["transform_hadamard_headdim_fp8"] = dict(groups={"group_0": dict(targets=[
 for p in ("W4A16_ASYM", "FP8_DYNAMIC", "NVFP4A16", "W8A8"):
     CASES[f"dense_format_{p}"] = dict(groups={"group_0": dict(targets=["Linear"], preset=p)}, quant_format="dense",
                                       model=EVEN)
+
+# ---- scheme fields that change what the library stores (a fifth red-team pass, 2026-11-28) ----
+def WF(bits, strategy, symmetric=True, **kw):
+    return dict(num_bits=bits, type="float", symmetric=symmetric, strategy=strategy, dynamic=False, **kw)
+
+
+# FP4 tensor_group with groups of 32: inferred mxfp4-pack-quantized (MXFP4PackedCompressor.can_compress
+# checks bits / type / group size only) with a weight_global_scale, which NVFP4's decompress (inherited)
+# divides the scales by: decoded so (before: the division was skipped, every value off by the factor).
+CASES["fp4_tensor_group32_as_mxfp4"] = dict(groups={"group_0": dict(targets=["Linear"], weights=WF(4, "tensor_group", group_size=32))},
+                                            model=EVEN)
+# NVFP4 with bf16 scales (scale_dtype): exact in bf16, as the default fp8 ones
+CASES["nvfp4_scale_bf16"] = dict(groups={"group_0": dict(targets=["Linear"], preset="NVFP4A16",
+                                                         weights=dict(scale_dtype="torch.bfloat16"))}, model=EVEN)
+# FP4 strategy "group" (16): NVFP4 layout without a global scale, which the library then does not divide by
+CASES["fp4_group16_no_global"] = dict(groups={"group_0": dict(targets=["Linear"], weights=WF(4, "group", group_size=16))},
+                                      model=EVEN)
+# Refused, naming why (ErrorKind unsupported): what the library writes but ctstream would not decode as it does
+# - MX scales stored as F8_E8M0: the library converts the biased exponent by value and reads it back by value
+CASES["mxfp4_scale_e8m0_refused"] = dict(groups={"group_0": dict(targets=["Linear"], preset="MXFP4A16",
+                                                                 weights=dict(scale_dtype="torch.float8_e8m0fnu"))},
+                                         model=EVEN, refused="unsupported")
+# - NVFP4 scales stored as F32 (rounded to bf16 by the library before use)
+CASES["nvfp4_scale_f32_refused"] = dict(groups={"group_0": dict(targets=["Linear"], preset="NVFP4A16",
+                                                                weights=dict(scale_dtype="torch.float32"))},
+                                        model=EVEN, refused="unsupported")
+# - INT weights of more than 8 bits: naive-quantized int16 / int32 codes (before: the raw codes read as the weight)
+CASES["w16_channel_asym_refused"] = dict(groups={"group_0": dict(targets=["Linear"], weights=W(16, "channel", False))},
+                                         model=EVEN, refused="unsupported")

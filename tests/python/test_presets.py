@@ -23,7 +23,9 @@ from cases import CASES  # noqa: E402
 # UNQUANTIZED writes no quantization_config (nothing to compare against the library)
 SELECTED = [c for c in CASES if c.startswith("preset_") and c.endswith("_even") and "UNQUANTIZED" not in c] + [
     "multi_regex_w4_fp8", "multi_nvfp4_mxfp4_fp8block", "multi_layer_specific", "exact_name_overrides_class",
-    "dtype_float16_W4A16_ASYM", "dtype_float32_FP8_BLOCK"]
+    "dtype_float16_W4A16_ASYM", "dtype_float32_FP8_BLOCK",
+    "fp4_tensor_group32_as_mxfp4", "nvfp4_scale_bf16", "fp4_group16_no_global",
+    "mxfp4_scale_e8m0_refused", "nvfp4_scale_f32_refused", "w16_channel_asym_refused"]
 
 
 @pytest.mark.parametrize("case", SELECTED)
@@ -37,5 +39,10 @@ def test_preset_matches_library(case, tmp_path):
     checked = subprocess.run([sys.executable, str(PRESETS / "check_case.py"), str(d)], capture_output=True, text=True,
                              timeout=600)
     result = json.loads((d / "check.json").read_text())
+    if CASES[case].get("refused"):  # the library decodes it; ctstream must refuse it at open, naming why
+        kind = CASES[case]["refused"]
+        assert len(result["problems"]) == 1 and result["problems"][0].startswith(f"ctstream.Error kind={kind}:"), \
+            f"{case}: expected a refusal ({kind}), got {result['problems'] or 'a decode'}"
+        return
     assert not result["problems"], f"{case}: {result['problems']}\n{checked.stdout[-2000:]}{checked.stderr[-2000:]}"
     assert result.get("formats"), f"{case}: ctstream saw no tensors"

@@ -154,7 +154,19 @@ struct S3Env {
   }
   explicit S3Env(const S3Server& s, const std::string& secret = S3Server::secret)
       : S3Env(s.endpoint(), S3Server::key, secret) {}
+  void unset(const char* name) {
+    const char* old = std::getenv(name);
+    saved.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+    unsetenv(name);
+  }
   S3Env(const std::string& endpoint, const std::string& key, const std::string& secret) {
+    // What the runner's environment may set that would take precedence over the test server or
+    // change how a request goes: cleared for the test, restored after.
+    for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "AWS_PROFILE",
+                             "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "CTSTREAM_S3_ANONYMOUS",
+                             "CTSTREAM_S3_STALL_S", "CTSTREAM_S3_MAX_TOTAL_S", "http_proxy", "https_proxy",
+                             "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"})
+      unset(name);
     set("AWS_ENDPOINT_URL", endpoint);
     set("AWS_ACCESS_KEY_ID", key);
     set("AWS_SECRET_ACCESS_KEY", secret);

@@ -135,7 +135,7 @@ TEST_CASE("remote faults: SlowDown honours Retry-After", "[remote][faults]") {
     CHECK(std::memcmp(got.data(), want.data() + 100, got.size()) == 0);
     CHECK(c.stats().retries == 1);
     if (retry_after) CHECK(s >= 0.95);  // the server's 1 s, not the client's 0.05 s backoff
-    else CHECK(s < 0.5);
+    else CHECK(s < 0.9);                // 0.05 s of backoff, far from the 1 s Retry-After (room for a loaded 2-core VM)
   }
 }
 
@@ -157,11 +157,14 @@ TEST_CASE("remote faults: a checkpoint read through faults decodes equal, or nam
   const Checkpoint local = Checkpoint::open(th::fixtures() / "st/sharded");
   const Checkpoint remote = Checkpoint::open("s3://bkt/ck/st/sharded");
   io::HttpClient& client = io::default_http_client();
-  // One dropped connection per shard read: retried, resumed, equal.
+  // Three dropped connections on shard reads: retried, resumed, equal. How many retries that takes
+  // depends on the process-wide client's attempt limit (fixed by whichever test first used it): a
+  // read-ahead whose attempts all drop is forgotten and the decode's own read fetches afresh.
   proxy.arm("drop,bytes=0,times=3,path=safetensors$");
   const uint64_t retries0 = client.stats().retries;
   th::check_same_decodes(local, remote);
-  CHECK(client.stats().retries - retries0 == 3);
+  CHECK(client.stats().retries - retries0 >= 1);
+  CHECK(client.stats().retries - retries0 <= 3);
   CHECK_THAT(proxy.control("stats"), Catch::Contains("faults=3"));
   // Every attempt dropped: the error names the object (no credentials) and the tensor.
   proxy.arm("drop,bytes=0,times=-1,path=safetensors$");
