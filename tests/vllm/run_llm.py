@@ -51,7 +51,8 @@ def main():
         init = time.perf_counter() - t0
         if a.reload:
             llm.collective_rpc("reload_weights", kwargs={"weights_path": a.reload})
-        sp = SamplingParams(temperature=0, max_tokens=8, logprobs=1, detokenize=False)
+        # logprobs=2: the top two at each step, which tells a near tie (tests/vllm/test_vllm.py same_greedy_tokens)
+        sp = SamplingParams(temperature=0, max_tokens=8, logprobs=2, detokenize=False)
         prompts = json.loads(a.prompts) if a.prompts else PROMPTS
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
     except Exception as e:  # noqa: BLE001 - reported to the test

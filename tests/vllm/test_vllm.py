@@ -212,6 +212,24 @@ def outputs(res):
 _cache = {}  # per pytest-xdist worker: tests that share a reference run are one xdist_group
 
 
+def same_greedy_tokens(got, want, tie=0.05):
+    """Greedy tokens of a TP=2 run against a TP=1 run. The row-parallel layers' all-reduce sums in
+    another order, which moves a bf16 logit by an ulp or so, and which GEMM vLLM picks depends on the
+    CPU (AMX, AVX-512, AVX2): where the reference's top two are within `tie`, the other one may be
+    chosen, and the rest of that sequence follows another path. Anywhere else, the same token."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        for i, (a, b) in enumerate(zip(g["tokens"], w["tokens"])):
+            if a == b:
+                continue
+            top = w["logprobs"][i]
+            assert str(a) in top and abs(top[str(a)] - top[str(b)]) < tie, \
+                f"step {i}: token {a} where TP=1 chose {b} (TP=1's top two: {top})"
+            break
+        else:
+            assert len(g["tokens"]) == len(w["tokens"])
+
+
 def reference(models, name, *args):
     key = (name, args)
     if key not in _cache:
@@ -284,7 +302,7 @@ def test_low_rank_checkpoint_loads_as_the_original_architecture(models):
     got = run(models / "lowrank", "--load-format", "ctstream")
     assert outputs(got) == reference(models, "lowrank_dense")
     tp = run(models / "lowrank", "--load-format", "ctstream", "--tp", "2")
-    assert [o["tokens"] for o in outputs(tp)] == [o["tokens"] for o in reference(models, "lowrank_dense")]
+    same_greedy_tokens(outputs(tp), reference(models, "lowrank_dense"))
 
 
 @pytest.mark.xdist_group("int4")
@@ -296,10 +314,10 @@ def test_eager_decoding_equals_lazy(models):
 @pytest.mark.xdist_group("int4")
 def test_tensor_parallel_decodes_only_each_ranks_slice(models):
     # TP=2: each rank's weight loaders narrow the lazily decoded tensors; the slice is decoded
-    # straight into the parameter. Same tokens as TP=1 (logprobs may differ in the last bits:
-    # the all-reduce sums in another order).
+    # straight into the parameter. Same tokens as TP=1 but at near ties (logprobs may differ in the
+    # last bits: the all-reduce sums in another order).
     got = run(models / "int4", "--load-format", "ctstream", "--quantization", "ctstream", "--tp", "2")
-    assert [o["tokens"] for o in outputs(got)] == [o["tokens"] for o in reference(models, "int4_lib")]
+    same_greedy_tokens(outputs(got), reference(models, "int4_lib"))
 
 
 @pytest.mark.xdist_group("int8")
@@ -518,7 +536,7 @@ def test_vllm_serve_an_s3_url(models, s3_int4):
     # model is served under the URL's name. Same tokens as vLLM's own loader on the local files.
     ref = reference(models, "int4")
     want = [o["tokens"] for o in ref]
-    # the chosen tokens' logprobs (run_llm asks for logprobs=1: the greedy token is among them)
+    # the chosen tokens' logprobs (run_llm asks for logprobs=2: the greedy token is among them)
     want_lp = [[lp[str(t)] for t, lp in zip(o["tokens"], o["logprobs"])] for o in ref]
     url = "s3://bkt/int4"
     env = {k: v for k, v in dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", **s3_int4).items() if v is not None}
