@@ -142,18 +142,33 @@ asan_tests() {
 }
 
 # Before anything: room on disk. A fresh machine installs two venvs under ~/.cache (~6 GB each:
-# PyPI's torch brings its CUDA libraries), the builds and the tests' temporary files take ~2 GB
-# more; out of space, a stage would fail somewhere in the middle with ENOSPC. Said here instead.
-need_gb=3
-[ -x "$HOME/.cache/ctstream/ref-venv/bin/python" ] || need_gb=$((need_gb + 7))
-[ "${CTSTREAM_SKIP_VLLM:-0}" = 1 ] || [ -x "$HOME/.cache/ctstream/vllm-venv/bin/python" ] || need_gb=$((need_gb + 7))
-mkdir -p "$HOME/.cache"
-avail_kb=$(df -Pk "$HOME/.cache" "$ROOT" "${TMPDIR:-/tmp}" | awk 'NR > 1 { print $4 }' | sort -n | head -n 1)
-if [ "${avail_kb:-0}" -lt $((need_gb * 1048576)) ]; then
-  echo "== FAILED preflight: $((avail_kb / 1048576)) GB free on the emptiest of ~/.cache, this clone and TMPDIR;"
-  echo "   this run needs about $need_gb GB (the venvs under ~/.cache/ctstream, the builds, the tests' files)"
-  exit 1
-fi
+# PyPI's torch brings its CUDA libraries) beside ccache's cache (up to 3 GB); the builds take ~1.5
+# GB of the clone and the tests' temporary files ~1 GB of TMPDIR. Out of space, a stage would fail
+# somewhere in the middle with ENOSPC: said here instead, per filesystem (the needs of paths on the
+# same one add up).
+declare -A need_kb=() path_of=()
+need() {  # need PATH GB
+  mkdir -p "$1"
+  local dev
+  dev=$(stat -c %d "$1")
+  need_kb[$dev]=$((${need_kb[$dev]:-0} + $2 * 1048576))
+  path_of[$dev]="${path_of[$dev]:+${path_of[$dev]} and }$1"
+}
+venvs=0
+[ -x "$HOME/.cache/ctstream/ref-venv/bin/python" ] || venvs=$((venvs + 7))
+[ "${CTSTREAM_SKIP_VLLM:-0}" = 1 ] || [ -x "$HOME/.cache/ctstream/vllm-venv/bin/python" ] || venvs=$((venvs + 7))
+need "$HOME/.cache" $((venvs + 1))
+need "$ROOT" 2
+need "${TMPDIR:-/tmp}" 1
+for dev in "${!need_kb[@]}"; do
+  p=${path_of[$dev]%% and *}
+  avail=$(df -Pk "$p" | awk 'NR == 2 { print $4 }')
+  if [ "${avail:-0}" -lt "${need_kb[$dev]}" ]; then
+    echo "== FAILED preflight: $((avail / 1024)) MiB free for ${path_of[$dev]}; this run needs about" \
+      "$((need_kb[$dev] / 1048576)) GB there (the venvs under ~/.cache/ctstream, the builds, the tests' files)"
+    exit 1
+  fi
+done
 # Loopback servers (rclone, the fault proxy, vLLM's) are never reached through a proxy the
 # runner's environment may name for PyPI.
 export no_proxy=${no_proxy:+$no_proxy,}127.0.0.1,localhost,::1 NO_PROXY=${NO_PROXY:+$NO_PROXY,}127.0.0.1,localhost,::1
