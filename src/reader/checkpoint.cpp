@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -89,19 +91,45 @@ std::string read_small(const fs::path& p, uint64_t max, io::FileIdentity* id, bo
   return io::read_small_file(p, max, id);
 }
 
+// Remote shards: opened several at a time, and a shard's prefix and header asked for in one read:
+// each request is a round trip, which a model of many shards would otherwise wait for one after
+// another (three per shard: the probe, the 8-byte prefix, the header).
+constexpr unsigned kRemoteOpens = 8;
+constexpr uint64_t kRemoteHeadRead = 256 << 10;
+
 std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::ShardSet& lay, bool remote) {
+  const io::Mode mode = ck.opt.io == IoMode::pread ? io::Mode::pread : io::Mode::mmap;
+  struct Opened {
+    std::unique_ptr<io::File> f;
+    format::StHeader h;
+    std::exception_ptr error;
+  };
+  std::vector<Opened> got(lay.files.size());
+  reader::parallel_for(got.size(), remote ? kRemoteOpens : 1, [&](size_t fi) {
+    try {
+      auto f = open_file(lay.files[fi], mode, remote);
+      const std::string name = f->path();
+      std::vector<std::byte> head(std::min<uint64_t>(f->size(), remote ? kRemoteHeadRead : 8));
+      if (!head.empty()) f->read_at(0, head);
+      std::array<std::byte, 8> prefix{};
+      std::memcpy(prefix.data(), head.data(), std::min<size_t>(head.size(), 8));
+      const uint64_t n = format::parse_prefix(prefix, f->size(), ck.opt.max_header_bytes, name);
+      std::string json(n, '\0');  // parse_prefix bounded n by the cap and the file's size
+      const uint64_t have = std::min<uint64_t>(n, head.size() > 8 ? head.size() - 8 : 0);
+      std::memcpy(json.data(), head.data() + 8, have);
+      if (have < n) f->read_at(8 + have, std::as_writable_bytes(std::span<char>(json.data() + have, n - have)));
+      got[fi].h = format::parse_header(json, n, f->size(), name);
+      got[fi].f = std::move(f);
+    } catch (...) {  // the first file's error in file order is the one reported, whatever finished first
+      got[fi].error = std::current_exception();
+    }
+  });
   std::vector<format::RawTensor> raw;
   std::unordered_map<std::string, uint32_t> owner;
-  const io::Mode mode = ck.opt.io == IoMode::pread ? io::Mode::pread : io::Mode::mmap;
-  for (uint32_t fi = 0; fi < lay.files.size(); ++fi) {
-    auto f = open_file(lay.files[fi], mode, remote);
-    const std::string name = f->path();
-    std::array<std::byte, 8> prefix{};
-    if (f->size() >= 8) f->read_at(0, prefix);
-    const uint64_t n = format::parse_prefix(prefix, f->size(), ck.opt.max_header_bytes, name);
-    std::string json(n, '\0');
-    f->read_at(8, std::as_writable_bytes(std::span<char>(json.data(), json.size())));
-    format::StHeader h = format::parse_header(json, n, f->size(), name);
+  for (uint32_t fi = 0; fi < got.size(); ++fi) {
+    if (got[fi].error) std::rethrow_exception(got[fi].error);
+    format::StHeader& h = got[fi].h;
+    const std::string name = got[fi].f->path();
     for (auto& e : h.entries) {
       auto [it, fresh] = owner.emplace(e.name, fi);
       if (!fresh)
@@ -111,7 +139,7 @@ std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::
     }
     ck.metadata.push_back(std::move(h.metadata));
     ck.has_metadata.push_back(h.has_metadata);
-    ck.files.push_back(std::move(f));
+    ck.files.push_back(std::move(got[fi].f));
   }
   // Every tensor the index promises must be in the shard it names.
   for (const auto& [key, fi] : lay.weight_map) {

@@ -147,6 +147,15 @@ TEST_CASE("remote: every compressed-tensors fixture decodes from s3:// as it doe
   CHECK(tensors > 300);
 }
 
+TEST_CASE("remote: a shard's prefix and header come in one read, shards opened together", "[remote][s3]") {
+  // A round trip per request: three per shard, one shard after another, was the open's cost.
+  REQUIRE_S3(srv);
+  th::S3Env env(srv);
+  const Checkpoint remote = Checkpoint::open("s3://bkt/ck/st/sharded");
+  REQUIRE(remote.files().size() == 3);
+  CHECK(remote.remote_stats().requests == remote.files().size());  // the probe aside: one read per shard
+}
+
 TEST_CASE("remote: layout errors keep their local kinds", "[remote][s3]") {
   REQUIRE_S3(srv);
   th::S3Env env(srv);
