@@ -154,10 +154,10 @@ need() {  # need PATH GB
   need_kb[$dev]=$((${need_kb[$dev]:-0} + $2 * 1048576))
   path_of[$dev]="${path_of[$dev]:+${path_of[$dev]} and }$1"
 }
-venvs=0
-[ -x "$HOME/.cache/ctstream/ref-venv/bin/python" ] || venvs=$((venvs + 7))
-[ "${CTSTREAM_SKIP_VLLM:-0}" = 1 ] || [ -x "$HOME/.cache/ctstream/vllm-venv/bin/python" ] || venvs=$((venvs + 7))
-need "$HOME/.cache" $((venvs + 1))
+ref_venv=${CTSTREAM_REF_VENV:-$HOME/.cache/ctstream/ref-venv} vllm_venv=${CTSTREAM_VLLM_VENV:-$HOME/.cache/ctstream/vllm-venv}
+[ -x "$ref_venv/bin/python" ] || [ -x .venv/bin/python ] || need "$(dirname "$ref_venv")" 7
+[ "${CTSTREAM_SKIP_VLLM:-0}" = 1 ] || [ -x "$vllm_venv/bin/python" ] || need "$(dirname "$vllm_venv")" 7
+need "$HOME/.cache" 1  # ccache's cache and the sdist cache
 need "$ROOT" 2
 need "${TMPDIR:-/tmp}" 1
 for dev in "${!need_kb[@]}"; do

@@ -35,8 +35,10 @@ STAMP=.venv/ctstream-constraints.txt
 again=0
 cmp -s "$PINS" "$STAMP" || again=1
 pip_pinned() { $V -m pip install -q -c "$PINS" "$@"; }
-if [ $again = 1 ] || ! $V -c "import torch, safetensors, numpy, compressed_tensors as c; assert c.__version__.startswith('${CT_NEW%.*}')" 2>/dev/null; then
+if ! $V -c "import torch, safetensors, numpy, compressed_tensors as c; assert c.__version__.startswith('${CT_NEW%.*}')" 2>/dev/null; then
   $V -m pip install -q --upgrade pip
+  pip_pinned torch safetensors numpy "compressed-tensors==${CT_NEW}" pytest
+elif [ $again = 1 ]; then
   pip_pinned torch safetensors numpy "compressed-tensors==${CT_NEW}" pytest
 fi
 # transformers (models built from a config, the library's own loading of save_model's output),

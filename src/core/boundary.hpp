@@ -33,6 +33,24 @@ decltype(auto) call_caller(F&& f, Args&&... args) {
   }
 }
 
+/// Calls an object the caller supplied that ctstream's own code may also stand behind (a
+/// TensorSource): a ctstream::Error passes as itself, and so does a failed allocation (reported
+/// as out_of_memory); anything else is the caller's own, and leaves as CallerThrew.
+template <class F, class... Args>
+decltype(auto) call_source(F&& f, Args&&... args) {
+  try {
+    return std::forward<F>(f)(std::forward<Args>(args)...);
+  } catch (const Error&) {
+    throw;
+  } catch (const CallerThrew&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (...) {
+    throw CallerThrew{std::current_exception()};
+  }
+}
+
 template <class F>
 auto at_boundary(const std::string& file, const std::string& tensor, F&& body) -> decltype(body()) {
   try {

@@ -148,8 +148,11 @@ std::optional<Format> Grouper::classify(const std::string& p, const Module& m) c
   // INT weights of 9..32 bits: the library stores their codes naive-quantized as int16 / int32
   // (QuantizationArgs.pytorch_dtype; pack-quantized takes 1..8 bits). Quantized, whatever build()
   // then says of them: never a plain tensor of codes.
-  if (w && sc && (w->dtype == DType::I16 || w->dtype == DType::I32 || w->dtype == DType::I64))
-    return Format::naive_quantized;
+  if (w && sc && (w->dtype == DType::I16 || w->dtype == DType::I32 || w->dtype == DType::I64)) {
+    const GroupMatch gm = match_groups(s_, p, classes_);
+    if (std::any_of(gm.groups.begin(), gm.groups.end(), [](const SchemeGroup* g) { return g->weights.has_value(); }))
+      return Format::naive_quantized;  // else plain tensors, as the library leaves a module no group quantizes
+  }
   return std::nullopt;
 }
 
@@ -295,8 +298,13 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, con
   if (!geo) fail(main, t.name, why);
   t.quant = geo->quant;
   std::set<Role> seen;
+  // FP4 scales are divided by a global scale under strategy tensor_group only: the library
+  // registers weight_global_scale for that strategy alone (lifecycle/initialize.py) and its
+  // decompress reads the module's own parameters, so under "group" a stored one is left alone.
+  const bool fp4 = fmt == Format::nvfp4_pack_quantized || fmt == Format::mxfp4_pack_quantized;
   for (const PartRule& rule : part_rules(fmt)) {
     if (sparse && !t.quantized && (rule.role == Role::weight_scale || rule.role == Role::weight_zero_point)) continue;
+    if (fp4 && rule.role == Role::weight_global_scale && cfg_strategy != QuantStrategy::tensor_group) continue;
     const RawTensor* r = m.get(rule.role);
     if (!r) {
       if (rule.required)
@@ -395,6 +403,19 @@ TensorInfo Grouper::build_module(const std::string& p, const Module& m, Format f
     }
   }
   if (fits.empty()) throw *first;  // the error of the first candidate in precedence order
+  // FP4 parts without a global scale fit a "group" candidate, and would fit a tensor_group one had
+  // the scale not been lost (a shard opened alone, a damaged file): which one applies decides
+  // whether the scales are divided, so the missing part is not a reason to prefer the other.
+  if ((fmt == Format::nvfp4_pack_quantized || fmt == Format::mxfp4_pack_quantized) && !m.get(Role::weight_global_scale))
+    for (const SchemeGroup* g : gm.groups)
+      if (g->weights && g->weights->strategy == QuantStrategy::tensor_group &&
+          std::none_of(fits.begin(), fits.end(), [&](const Fit& f) { return f.g == g; }))
+        throw Error(ErrorKind::unsupported, file_of_(m.parts.begin()->second->file), p + ".weight",
+                    "config group " + g->name +
+                        " (module classes) would scale these FP4 weights by a "
+                        "weight_global_scale, which is not stored, and another group fits them without one; the "
+                        "module's class is not known: pass module classes (OpenOptions::module_classes, "
+                        "--module-classes FILE, Python module_classes= / a transformers model)");
   for (const Fit& f : fits)
     if (!same_decode(f.t, fits.front().t)) {
       std::string names;

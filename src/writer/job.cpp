@@ -61,6 +61,11 @@ class Job {
   CompressReport run();
 
  private:
+  /// The source's rows: a caller's TensorSource (or BufferSource fetch) that throws gets its own
+  /// exception back from compress(), as thrown.
+  void read_source(size_t i, uint64_t r0, uint64_t r1, std::span<std::byte> out, DType dtype) {
+    detail::call_source([&] { src_.read(i, r0, r1, out, dtype); });
+  }
   double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
   void check_cancel() const {
     if (o_.cancel && o_.cancel->load()) fail(ErrorKind::io, out_.string(), "", "cancelled; nothing was written");
@@ -74,7 +79,7 @@ class Job {
   void check_finite(const Item& it, const std::vector<float>& v) const;
   void write_extra_files();
   void read_whole(const Item& it, std::span<std::byte> f32) {
-    src_.read(it.index, 0, it.t->shape.empty() ? 1 : it.t->shape[0], f32, DType::F32);
+    read_source(it.index, 0, it.t->shape.empty() ? 1 : it.t->shape[0], f32, DType::F32);
   }
 
   TensorSource& src_;
@@ -266,7 +271,7 @@ void Job::write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr) {
     outb.resize((n * dtype_bits(it.work) + 7) / 8);
     if (via_f32) {
       v.resize(n);
-      src_.read(it.index, r0, r1, std::as_writable_bytes(std::span(v)), DType::F32);
+      read_source(it.index, r0, r1, std::as_writable_bytes(std::span(v)), DType::F32);
       if (it.convert) {
         for (uint64_t i = 0; i < n; ++i) {
           const float c = round_to(it.work, v[i]);
@@ -276,7 +281,7 @@ void Job::write_dense(Item& it, SafetensorsWriter& w, TensorReport& tr) {
       }
       codecs::store_floats(v.data(), n, it.work, outb.data());
     } else {
-      src_.read(it.index, r0, r1, outb, it.work);
+      read_source(it.index, r0, r1, outb, it.work);
     }
     w.write(outb);
     if (rows == 0) break;

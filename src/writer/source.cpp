@@ -4,7 +4,6 @@
 #include <set>
 
 #include "codecs/convert.hpp"
-#include "core/boundary.hpp"
 #include "ctstream/error.hpp"
 #include "format/file_names.hpp"
 
@@ -102,7 +101,7 @@ void BufferSource::read(size_t i, uint64_t r0, uint64_t r1, std::span<std::byte>
   if (cached_ != i) {
     bytes_ = {};
     cached_ = SIZE_MAX;
-    bytes_ = detail::call_caller(fetch_, i);
+    bytes_ = fetch_(i);  // the caller's exception as it was thrown (the writer calls read through call_source)
     cached_ = i;
     if (bytes_.size() != t.parts[0].nbytes)
       fail(ErrorKind::invalid_argument, "memory", t.name,

@@ -4,6 +4,7 @@ The plugin itself is tested on a real vLLM engine: tests/vllm/."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ else:
 
 torch = pytest.importorskip("torch")
 from safetensors import safe_open  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CT = ROOT / "tests" / "fixtures" / "ct"
@@ -75,10 +76,42 @@ def test_shard_subset_and_sources():
     first = dict(cv.weights_iterator(files[:1]))  # vLLM may pass a filtered list of shards
     assert set(first) == set(dict(safetensors_weights_iterator(files[:1])))
     assert dict(cv.weights_iterator(SHARDED)).keys() == ours.keys()  # the directory itself
-    with pytest.raises(ValueError, match="several directories"):
-        list(cv.weights_iterator([files[0], str(CT / "v020_nvfp4a16_bf16" / "model.safetensors")]))
+    # files in two directories (a model's subfolders): each directory a checkpoint of its own
+    other = CT / "v020_nvfp4a16_bf16"
+    both = dict(cv.weights_iterator([files[0], str(other / "model.safetensors")]))
+    assert set(both) == set(first) | set(dict(cv.weights_iterator(str(other))))
     with pytest.raises(ValueError, match="empty"):
         list(cv.weights_iterator([]))
+
+
+def test_files_the_index_does_not_list_are_read_too(tmp_path):
+    # vLLM asks for a model's own extra weight files beside an indexed checkpoint (BGE-M3's heads,
+    # a joint head): the directory's index does not list them, and they were silently skipped.
+    d = tmp_path / "model"
+    shutil.copytree(SHARDED, d)
+    head = {"joint_head.weight": torch.arange(12, dtype=torch.float32).reshape(3, 4)}
+    save_file(head, str(d / "joint_head.safetensors"))
+    files = files_of(d) + [str(d / "joint_head.safetensors")]
+    got = dict(cv.weights_iterator(files))
+    want = dict(safetensors_weights_iterator(files))
+    assert set(got) == set(want) and "joint_head.weight" in got
+    assert torch.equal(got["joint_head.weight"], head["joint_head.weight"])
+    assert set(dict(cv.weights_iterator(files, packed=True))) == set(want)
+    # a .pt file: vLLM's own iterator reads it; where vLLM is not importable, an error, never nothing
+    torch.save(head, str(d / "head.pt"))
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ValueError, match="head.pt"):
+            list(cv.weights_iterator(files_of(d) + [str(d / "head.pt")]))
+
+
+def test_an_expert_parallel_rank_without_experts_reads_none():
+    # vLLM's should_skip_weight: None = no expert parallelism; an empty set = a rank holding none
+    assert not cv._skip_expert("model.layers.0.mlp.experts.3.down_proj.weight", None)
+    assert cv._skip_expert("model.layers.0.mlp.experts.3.down_proj.weight", set())
+    assert not cv._skip_expert("model.layers.0.mlp.experts.3.down_proj.weight_scale", set())
+    assert not cv._skip_expert("model.layers.0.mlp.experts.3.down_proj.weight", {3})
 
 
 def test_load_weights_like_vllm():

@@ -164,8 +164,8 @@ struct S3Env {
     // change how a request goes: cleared for the test, restored after.
     for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "AWS_PROFILE",
                              "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "CTSTREAM_S3_ANONYMOUS",
-                             "CTSTREAM_S3_STALL_S", "CTSTREAM_S3_MAX_TOTAL_S", "http_proxy", "https_proxy",
-                             "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"})
+                             "CTSTREAM_S3_STALL_S", "CTSTREAM_S3_MAX_TOTAL_S", "CTSTREAM_S3_ADDRESSING", "http_proxy",
+                             "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"})
       unset(name);
     set("AWS_ENDPOINT_URL", endpoint);
     set("AWS_ACCESS_KEY_ID", key);

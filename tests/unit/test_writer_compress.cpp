@@ -758,6 +758,8 @@ TEST_CASE("compress from memory: class targets, extra files, bad buffers leave n
       return bytes[i];
     });
     CHECK_THROWS_AS(compress(src3, tmp.path / "bad", o), Mine);
+    std::vector<std::byte> row(64);
+    CHECK_THROWS_AS(src3.read(5, 0, 1, row, DType::F32), Mine);  // called directly, too
     CHECK(!fs::exists(tmp.path / "bad"));
     for (const auto& e : fs::directory_iterator(tmp.path))
       CHECK(e.path().filename().string().find("bad") == std::string::npos);

@@ -212,11 +212,12 @@ def outputs(res):
 _cache = {}  # per pytest-xdist worker: tests that share a reference run are one xdist_group
 
 
-def same_greedy_tokens(got, want, tie=0.05):
+def same_greedy_tokens(got, want, tie=0.15):
     """Greedy tokens of a TP=2 run against a TP=1 run. The row-parallel layers' all-reduce sums in
-    another order, which moves a bf16 logit by an ulp or so, and which GEMM vLLM picks depends on the
-    CPU (AMX, AVX-512, AVX2): where the reference's top two are within `tie`, the other one may be
-    chosen, and the rest of that sequence follows another path. Anywhere else, the same token."""
+    another order, which moves a bf16 logit by an ulp or two (0.0625 for logits in [8, 16)), and which
+    GEMM vLLM picks depends on the CPU (AMX, AVX-512, AVX2): where the reference's top two are within
+    `tie`, the other one may be chosen, and the rest of that sequence follows another path. Anywhere
+    else, the same token."""
     assert len(got) == len(want)
     for g, w in zip(got, want):
         for i, (a, b) in enumerate(zip(g["tokens"], w["tokens"])):
@@ -303,6 +304,23 @@ def test_low_rank_checkpoint_loads_as_the_original_architecture(models):
     assert outputs(got) == reference(models, "lowrank_dense")
     tp = run(models / "lowrank", "--load-format", "ctstream", "--tp", "2")
     same_greedy_tokens(outputs(tp), reference(models, "lowrank_dense"))
+
+
+@pytest.mark.xdist_group("bgem3")
+def test_weight_files_beside_the_checkpoint_are_loaded(tmp_path):
+    # BGE-M3 keeps two heads in .pt files, which vLLM asks the load format for beside the model's
+    # safetensors: they were skipped without a word, the heads keeping their random initial values.
+    def heads(fmt):
+        p = subprocess.run([sys.executable, os.path.join(HERE, "bgem3_heads.py"), str(tmp_path / "bgem3"), fmt],
+                           capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ, VLLM_ALLOW_INSECURE_SERIALIZATION="1"))
+        line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+        assert line, (p.stdout + p.stderr)[-3000:]
+        return json.loads(line[-1][len("RESULT "):])
+
+    want = heads("auto")
+    assert set(want) == {"sparse_linear.weight", "sparse_linear.bias", "colbert_linear.weight", "colbert_linear.bias"}
+    assert heads("ctstream") == want
 
 
 @pytest.mark.xdist_group("int4")

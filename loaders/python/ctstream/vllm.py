@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Generator, Iterable, Optional, Set, Tuple, Union
+from typing import Any, Dict, Generator, Iterable, List, Optional, Set, Tuple, Union
 
 import ctstream
 
@@ -77,20 +77,25 @@ ACTIVATION_LEFTOVERS = (
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
 
-def _source(files_or_dir: Union[PathLike, Iterable[PathLike]]) -> Tuple[str, Optional[set]]:
-    """A checkpoint path to open, and the subset of its files to yield from (None = all)."""
+def _sources(files_or_dir: Union[PathLike, Iterable[PathLike]]) -> List[Tuple[str, Optional[Dict[str, str]]]]:
+    """The checkpoints to open - one per directory the weight files lie in (a model's files may sit in
+    subfolders: transformer/, vision_encoder/) - and for each the files to yield from (their _key ->
+    the path as given; None = all of it)."""
     if isinstance(files_or_dir, (str, os.PathLike)):
-        return os.fspath(files_or_dir), None
+        return [(os.fspath(files_or_dir), None)]
     files = [os.fspath(f) for f in files_or_dir]
     if not files:
         raise ValueError("weights_iterator: empty list of weight files")
-    # object URLs are names, not paths: never abspath/realpath'ed (see _key)
-    files = [f if _remote.is_remote(f) else os.path.abspath(f) for f in files]
-    dirs = {_remote.shown(f)[: _remote.shown(f).rfind("/")] if _remote.is_remote(f) else os.path.dirname(f)
-            for f in files}
-    if len(dirs) != 1:
-        raise ValueError(f"weights_iterator: weight files span several directories: {sorted(dirs)}")
-    return dirs.pop(), {_key(f) for f in files}
+    groups: Dict[str, Dict[str, str]] = {}
+    for f in files:
+        # object URLs are names, not paths: never abspath/realpath'ed (see _key)
+        if _remote.is_remote(f):
+            d = _remote.shown(f)[: _remote.shown(f).rfind("/")]
+        else:
+            f = os.path.abspath(f)
+            d = os.path.dirname(f)
+        groups.setdefault(d, {})[_key(f)] = f
+    return list(groups.items())
 
 
 def _key(f: str) -> str:
@@ -102,7 +107,7 @@ def _key(f: str) -> str:
 def _skip_expert(name: str, local_expert_ids: Optional[Set[int]]) -> bool:
     """vLLM's expert-parallel filter (model_loader/ep_weight_filter.py `should_skip_weight`):
     a non-local expert's weights (not its scales) are never read."""
-    if not local_expert_ids:
+    if local_expert_ids is None:  # no expert parallelism (an empty set: a rank holding no experts)
         return False
     m = _EXPERT.search(name)
     return bool(m) and name.endswith((".weight", ".weight_packed")) and int(m.group(1)) not in local_expert_ids
@@ -145,8 +150,10 @@ def weights_iterator(
     """Yields ``(name, torch.Tensor)`` for a checkpoint, like vLLM's
     ``safetensors_weights_iterator(hf_weights_files, use_tqdm_on_load)``.
 
-    hf_weights_files: the ``*.safetensors`` files (all in one directory, whose config.json says
-        how they are compressed; tensors of other shards are skipped), or the model directory.
+    hf_weights_files: the ``*.safetensors`` files (each directory they lie in is opened as a
+        checkpoint, whose config.json says how they are compressed; tensors of shards not asked for
+        are skipped; a file its directory's index does not list is read by itself, and a ``.pt`` /
+        ``.bin`` file by vLLM's own iterator, as vLLM reads them), or the model directory.
     packed: yield the stored entries as they are in the files (``weight_packed``, ...): what vLLM's
         compressed-tensors layers consume. Otherwise every tensor decoded (``...weight``).
     dtype: output dtype of floating and decoded tensors (None: each tensor's natural dtype).
@@ -157,14 +164,39 @@ def weights_iterator(
         (tensor parallelism: each rank decodes what it keeps). Bit-identical to eager decoding.
     threads, budget, io: as for ``ctstream.open``.
     """
-    path, wanted = _source(hf_weights_files)
     drop = (not packed) if drop_activation_params is None else drop_activation_params
-    ckpt = ctstream.open(path, threads=threads, budget=budget, io=io, framework="pt")
-    try:
+    opts = dict(threads=threads, budget=budget, io=io, framework="pt")
+    yield_from = dict(use_tqdm_on_load=use_tqdm_on_load, dtype=dtype, packed=packed, drop=drop,
+                      local_expert_ids=local_expert_ids, lazy=lazy, io=io)
+    for path, wanted in _sources(hf_weights_files):
+        ckpt = ctstream.open(path, **opts)
         keep = None
+        others = []  # files asked for that the checkpoint opened does not hold
         if wanted is not None:
+            held = {_key(f) for f in ckpt.files}
             keep = {i for i, f in enumerate(ckpt.files) if _key(f) in wanted}
+            others = [f for k, f in wanted.items() if k not in held]
+        yield from _checkpoint_weights(ckpt, keep, **yield_from)
+        # A file vLLM asks for beside an indexed model that the index does not list (a model's own
+        # extra weight files: BGE-M3's heads, a joint head): vLLM reads it, so it is read too, never
+        # skipped in silence - a .safetensors file as itself, anything else by vLLM's own iterator.
+        for f in others:
+            if f.endswith(".safetensors"):
+                yield from _checkpoint_weights(ctstream.open(f, sibling_shards=False, **opts), None, **yield_from)
+                continue
+            try:
+                from vllm.model_executor.model_loader.weight_utils import pt_weights_iterator
+            except ImportError:
+                raise ValueError(f"weights_iterator: {f} is not a safetensors file, which ctstream reads; "
+                                 "vLLM's own iterator for it is not importable") from None
+            yield from pt_weights_iterator([f], use_tqdm_on_load)
 
+
+def _checkpoint_weights(ckpt, keep: Optional[Set[int]], *, use_tqdm_on_load: bool, dtype: Any, packed: bool,
+                        drop: bool, local_expert_ids: Optional[Set[int]], lazy: bool,
+                        io: str) -> Generator[Tuple[str, Any], None, None]:
+    """One opened checkpoint's tensors (of its files `keep`, None = all), as weights_iterator yields them."""
+    try:
         def wanted_name(name: str) -> bool:
             return not (drop and name.endswith(ACTIVATION_LEFTOVERS)) and not _skip_expert(name, local_expert_ids)
 
