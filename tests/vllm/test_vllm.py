@@ -376,9 +376,13 @@ def test_mode_mismatch_is_refused_with_what_to_pass(models):
     for extra, msg in (('{"lazy": "false"}', "'lazy' must be true or false"),
                        ('{"thread": 2}', "unknown extra config keys ['thread'] for load format 'ctstream'"),
                        ('{"threads": "abc"}', "'threads' must be an integer"),
-                       ('{"num_threads": 4}', "use 'threads'")):
+                       ('{"num_threads": 4}', "use 'threads'"),
+                       ('{"enable_weights_track": "yes"}', "'enable_weights_track' (vLLM's) must be true or false")):
         r = run(models / "dense", "--load-format", "ctstream", "--extra", extra)
         assert "error" in r and msg in r["error"], (extra, r.get("error", "")[-500:])
+    # vLLM's own weight tracking passes through to its loader (every parameter must be loaded)
+    r = run(models / "dense", "--load-format", "ctstream", "--extra", '{"enable_weights_track": true}')
+    assert "outputs" in r, r.get("error", "")[-500:]
 
 
 @pytest.mark.xdist_group("ernie")

@@ -79,6 +79,9 @@ def _require_ctstream_load_format() -> None:
             f"{QUANTIZATION}), but the load format is {fmt!r}: pass --load-format {LOAD_FORMAT}")
 
 
+# vLLM's own extra-config keys passed to its DefaultModelLoader (weight tracking: every parameter
+# must have been loaded); its multithread keys are refused, ctstream decoding with its own threads.
+VLLM_KEYS = ("enable_weights_track",)
 # extra config 'weights' -> the model_config.model it was first used with, in this process
 _MODEL_OF_WEIGHTS: Dict[str, str] = {}
 
@@ -89,11 +92,17 @@ class CtstreamModelLoader(DefaultModelLoader):
     def __init__(self, load_config):
         extra = dict(load_config.model_loader_extra_config or {})
         self.ctstream_options = {k: extra.pop(k) for k in list(extra) if k in EXTRA_CONFIG_KEYS}
+        # vLLM's own keys that apply to the load whatever the tensor source: to its loader
+        passed = {k: extra.pop(k) for k in list(extra) if k in VLLM_KEYS}
+        if not isinstance(passed.get("enable_weights_track", False), bool):
+            raise ValueError("ctstream: extra config 'enable_weights_track' (vLLM's) must be true or false, "
+                             f"not {passed['enable_weights_track']!r}")
         if extra:  # every value is checked here, before the model is built, and named as ctstream's
             hint = ("; ctstream decodes with its own threads: use 'threads'"
                     if {"num_threads", "enable_multithread_load"} & set(extra) else "")
             raise ValueError(f"ctstream: unknown extra config keys {sorted(extra)} for load format "
-                             f"'{LOAD_FORMAT}' (it takes {list(EXTRA_CONFIG_KEYS)}){hint}")
+                             f"'{LOAD_FORMAT}' (it takes {list(EXTRA_CONFIG_KEYS)} and vLLM's "
+                             f"{list(VLLM_KEYS)}){hint}")
         mode = self.ctstream_options.get("mode", "auto")
         if mode not in MODES:
             raise ValueError(f"ctstream: extra config 'mode' must be one of {MODES}, not {mode!r}")
@@ -108,8 +117,8 @@ class CtstreamModelLoader(DefaultModelLoader):
             raise ValueError(f"ctstream: extra config 'lazy' must be true or false, not {lazy!r}")
         ctstream.parse_budget(self.ctstream_options.get("budget"))  # checked now, not mid-load
         # DefaultModelLoader finds files only for the load formats it knows: it gets a
-        # "safetensors" copy of the config (and no extra keys: all of them are ctstream's).
-        super().__init__(dataclasses.replace(load_config, load_format="safetensors", model_loader_extra_config={}))
+        # "safetensors" copy of the config, with vLLM's own keys only.
+        super().__init__(dataclasses.replace(load_config, load_format="safetensors", model_loader_extra_config=passed))
         self._mode: Optional[str] = None
 
     def _weights_location(self, model_config) -> Optional[str]:

@@ -34,7 +34,8 @@ with a message saying what to pass.
 threads, 0 = all cores), ``budget`` (bytes decoded ahead, e.g. "512MB"), ``io`` ("mmap" |
 "pread"), ``lazy``, ``weights`` (where the weights are, when not in the model directory: a local
 directory or an ``s3://`` / ``https://`` URL; vLLM's own ``model_weights`` is honoured likewise);
-vLLM's own keys pass through to its loader.
+vLLM's ``enable_weights_track`` passes through to its loader (its ``num_threads`` /
+``enable_multithread_load`` are refused: ctstream decodes with its own threads).
 
 Object storage (docs/design/object_storage.md section 2.3): ``vllm serve s3://bucket/prefix
 --load-format ctstream`` (or ``LLM(model="s3://...", load_format="ctstream")``, ``https://`` alike)
