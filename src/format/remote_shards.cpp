@@ -113,9 +113,10 @@ ShardSet discover_remote_shards(const std::string& url, uint64_t max_json) {
     lay.index_path = index;
     lay.index_id.path = index;
     fill_from_index(lay, *text, [&](const std::string& shard) {
-      // An s3:// key is literal text; an http(s) path is percent-encoded.
-      const std::string p = dir + (u.scheme == io::UrlScheme::s3 ? shard : io::uri_encode(shard, true));
-      return std::filesystem::path(exists(p) ? p : std::string());
+      // An s3:// key is literal text; an http(s) path is percent-encoded. Not probed here, one
+      // shard after another: the reader opens the shards together, and says missing_shard for
+      // one that is not there (read_headers).
+      return std::filesystem::path(dir + (u.scheme == io::UrlScheme::s3 ? shard : io::uri_encode(shard, true)));
     });
     return lay;
   }

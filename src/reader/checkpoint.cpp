@@ -59,6 +59,12 @@ unsigned Checkpoint::Impl::threads() const {
   return core::team_size(opt.threads);
 }
 
+// What names the checkpoint in messages and listings: a remote URL without its query (a presigned
+// URL's signature) or credentials, a local path as given.
+static std::string shown(const fs::path& p) {
+  return io::is_remote_url(p.native()) ? io::redact_url(p.native()) : p.string();
+}
+
 namespace reader {
 namespace {
 thread_local unsigned t_decode_threads = 0;
@@ -91,11 +97,12 @@ std::string read_small(const fs::path& p, uint64_t max, io::FileIdentity* id, bo
   return io::read_small_file(p, max, id);
 }
 
-// Remote shards: opened several at a time, and a shard's prefix and header asked for in one read:
-// each request is a round trip, which a model of many shards would otherwise wait for one after
-// another (three per shard: the probe, the 8-byte prefix, the header).
-constexpr unsigned kRemoteOpens = 8;
-constexpr uint64_t kRemoteHeadRead = 256 << 10;
+// Remote shards: opened several at a time (as many as the remote cache's connections,
+// CTSTREAM_S3_CONNECTIONS; one where the caller asked for one thread), and a shard's prefix and
+// header asked for in one read: each request is a round trip, which a model of many shards would
+// otherwise wait for one after another. 64 KiB holds the header of most shards (a few hundred
+// tensors); a longer one takes a second read.
+constexpr uint64_t kRemoteHeadRead = 64 << 10;
 
 std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::ShardSet& lay, bool remote) {
   const io::Mode mode = ck.opt.io == IoMode::pread ? io::Mode::pread : io::Mode::mmap;
@@ -105,9 +112,25 @@ std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::
     std::exception_ptr error;
   };
   std::vector<Opened> got(lay.files.size());
-  reader::parallel_for(got.size(), remote ? kRemoteOpens : 1, [&](size_t fi) {
+  unsigned together = 1;
+#ifdef CTSTREAM_HAVE_REMOTE
+  if (remote && ck.opt.threads != 1) together = std::max(1u, io::RemoteCacheOptions::from_env().workers);
+#endif
+  // The first shard in file order that fails is the error reported; shards after a failed one are
+  // not opened (nor waited for), those before it are, to find out whether one of them fails first.
+  std::atomic<size_t> first_bad{SIZE_MAX};
+  reader::parallel_for(got.size(), together, [&](size_t fi) {
+    if (fi > first_bad.load()) return;
     try {
-      auto f = open_file(lay.files[fi], mode, remote);
+      std::unique_ptr<io::File> f;
+      try {
+        f = open_file(lay.files[fi], mode, remote);
+      } catch (const Error& e) {
+        // A shard the index names that is not there (remote: found out here, not probed before)
+        if (!remote || lay.index_path.empty() || e.kind() != ErrorKind::file_not_found) throw;
+        throw Error(ErrorKind::missing_shard, shown(lay.index_path), "",
+                    "shard '" + lay.files[fi].filename().string() + "' named by the index does not exist");
+      }
       const std::string name = f->path();
       std::vector<std::byte> head(std::min<uint64_t>(f->size(), remote ? kRemoteHeadRead : 8));
       if (!head.empty()) f->read_at(0, head);
@@ -122,12 +145,14 @@ std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::
       got[fi].f = std::move(f);
     } catch (...) {  // the first file's error in file order is the one reported, whatever finished first
       got[fi].error = std::current_exception();
+      for (size_t b = first_bad.load(); fi < b && !first_bad.compare_exchange_weak(b, fi);) {
+      }
     }
   });
   std::vector<format::RawTensor> raw;
   std::unordered_map<std::string, uint32_t> owner;
   for (uint32_t fi = 0; fi < got.size(); ++fi) {
-    if (got[fi].error) std::rethrow_exception(got[fi].error);
+    if (got[fi].error) std::rethrow_exception(got[fi].error);  // none is missing before the first bad one
     format::StHeader& h = got[fi].h;
     const std::string name = got[fi].f->path();
     for (auto& e : h.entries) {
@@ -183,12 +208,6 @@ void check_low_rank_size(const Checkpoint::Impl& ck, const TensorInfo& t, const 
 }
 
 }  // namespace
-
-// What names the checkpoint in messages and listings: a remote URL without its query (a presigned
-// URL's signature) or credentials, a local path as given.
-static std::string shown(const fs::path& p) {
-  return io::is_remote_url(p.native()) ? io::redact_url(p.native()) : p.string();
-}
 
 Checkpoint Checkpoint::open(const fs::path& path, const OpenOptions& options) {
   return detail::at_boundary(shown(path), "", [&] { return open_impl(path, options); });
