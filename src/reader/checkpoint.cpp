@@ -135,11 +135,11 @@ std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::
       std::vector<std::byte> head(std::min<uint64_t>(f->size(), remote ? kRemoteHeadRead : 8));
       if (!head.empty()) f->read_at(0, head);
       std::array<std::byte, 8> prefix{};
-      std::memcpy(prefix.data(), head.data(), std::min<size_t>(head.size(), 8));
+      if (!head.empty()) std::memcpy(prefix.data(), head.data(), std::min<size_t>(head.size(), 8));
       const uint64_t n = format::parse_prefix(prefix, f->size(), ck.opt.max_header_bytes, name);
       std::string json(n, '\0');  // parse_prefix bounded n by the cap and the file's size
       const uint64_t have = std::min<uint64_t>(n, head.size() > 8 ? head.size() - 8 : 0);
-      std::memcpy(json.data(), head.data() + 8, have);
+      if (have) std::memcpy(json.data(), head.data() + 8, have);
       if (have < n) f->read_at(8 + have, std::as_writable_bytes(std::span<char>(json.data() + have, n - have)));
       got[fi].h = format::parse_header(json, n, f->size(), name);
       got[fi].f = std::move(f);
