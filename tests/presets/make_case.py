@@ -227,8 +227,12 @@ def finish(d, c, cfg, logical, ref):
         ref["stored_dtypes"] = {k: str(v.dtype) for k, v in disk.items()}
         (d / "expected").mkdir()
         save_file(exp, str(d / "expected" / "expected.safetensors"))
-        # passthrough leftovers (activation / kv qparams) as stored, for comparison
-        left = {k: disk[k].contiguous() for k in disk if k not in exp and not is_weight_part(k)}
+        # passthrough leftovers (activation / kv qparams) as stored, for comparison; and the weight
+        # parts the library's decompressed state dict still holds under their stored names, or
+        # that its load left unconsumed (the "dense" format: the weights stay as stored, their
+        # scales and zero points beside them, plain entries to ctstream as to safetensors)
+        kept = set(sd) | set(unexpected)
+        left = {k: disk[k].contiguous() for k in disk if k not in exp and (not is_weight_part(k) or k in kept)}
         save_file(left, str(d / "expected" / "stored_leftovers.safetensors"))
         ref["config_format"] = saved.get("format")
         ref["group_formats"] = {k: v.get("format") for k, v in saved["config_groups"].items()}
