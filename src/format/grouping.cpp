@@ -16,6 +16,13 @@
 namespace ctstream::format {
 namespace {
 
+// INT codes wider than 8 bits: how the library stores INT weights of 9..32 bits naive-quantized
+// (QuantizationArgs.pytorch_dtype: int16 / int32; pack-quantized takes 1..8 bits).
+bool wide_int_codes(DType d) { return d == DType::I16 || d == DType::I32 || d == DType::I64; }
+
+// The FP4 formats whose scales a stored weight_global_scale divides (the format table's row).
+bool global_scaled(Format f) { return part_rule(f, Role::weight_global_scale) != nullptr; }
+
 // The module of `key` as a part of role `role` (`<module>.<role>`).
 std::optional<std::string> module_of(std::string_view key, Role role) {
   const std::string_view suffix = role_name(role);
@@ -145,10 +152,9 @@ std::optional<Format> Grouper::classify(const std::string& p, const Module& m) c
     if (sc->dtype == DType::U8 || sc->dtype == DType::F8_E8M0) return Format::mxfp8_quantized;
     return w->dtype == DType::F8_E4M3 ? Format::float_quantized : Format::naive_quantized;
   }
-  // INT weights of 9..32 bits: the library stores their codes naive-quantized as int16 / int32
-  // (QuantizationArgs.pytorch_dtype; pack-quantized takes 1..8 bits). Quantized, whatever build()
-  // then says of them: never a plain tensor of codes.
-  if (w && sc && (w->dtype == DType::I16 || w->dtype == DType::I32 || w->dtype == DType::I64)) {
+  // INT weights of 9..32 bits: quantized, whatever build() then says of them: never a plain
+  // tensor of codes.
+  if (w && sc && wide_int_codes(w->dtype)) {
     const GroupMatch gm = match_groups(s_, p, classes_);
     if (std::any_of(gm.groups.begin(), gm.groups.end(), [](const SchemeGroup* g) { return g->weights.has_value(); }))
       return Format::naive_quantized;  // else plain tensors, as the library leaves a module no group quantizes
@@ -202,13 +208,12 @@ void Grouper::refuse_undecodable(const std::string& p, const Module& m, Format f
   // A tensor_group FP4 weight is scaled by its global scale (nvfp4/base.py decompress divides by
   // it); without it every value would be off by that factor. (Groups of FP4 under strategy
   // "group" have none: the library then divides by nothing.)
-  if ((fmt == Format::nvfp4_pack_quantized || fmt == Format::mxfp4_pack_quantized) &&
-      strategy == QuantStrategy::tensor_group && !m.get(Role::weight_global_scale))
+  if (global_scaled(fmt) && strategy == QuantStrategy::tensor_group && !m.get(Role::weight_global_scale))
     fail(*m.get(Role::weight_packed), name,
          std::string(format_name(fmt)) +
              " weight of strategy tensor_group has no 'weight_global_scale' part (its scales are divided by it)");
   const RawTensor* w = m.get(Role::weight);
-  if (w && (w->dtype == DType::I16 || w->dtype == DType::I32 || w->dtype == DType::I64))
+  if (w && wide_int_codes(w->dtype))
     refuse(*w, std::string(format_name(fmt)) + " weight of " + std::string(dtype_name(w->dtype)) +
                    " codes (INT weights of more than 8 bits): only 8-bit codes (I8 / F8_E4M3) are decoded");
 }
@@ -301,10 +306,9 @@ TensorInfo Grouper::build(const std::string& p, const Module& m, Format fmt, con
   // FP4 scales are divided by a global scale under strategy tensor_group only: the library
   // registers weight_global_scale for that strategy alone (lifecycle/initialize.py) and its
   // decompress reads the module's own parameters, so under "group" a stored one is left alone.
-  const bool fp4 = fmt == Format::nvfp4_pack_quantized || fmt == Format::mxfp4_pack_quantized;
   for (const PartRule& rule : part_rules(fmt)) {
     if (sparse && !t.quantized && (rule.role == Role::weight_scale || rule.role == Role::weight_zero_point)) continue;
-    if (fp4 && rule.role == Role::weight_global_scale && cfg_strategy != QuantStrategy::tensor_group) continue;
+    if (rule.role == Role::weight_global_scale && cfg_strategy != QuantStrategy::tensor_group) continue;
     const RawTensor* r = m.get(rule.role);
     if (!r) {
       if (rule.required)
@@ -406,7 +410,7 @@ TensorInfo Grouper::build_module(const std::string& p, const Module& m, Format f
   // FP4 parts without a global scale fit a "group" candidate, and would fit a tensor_group one had
   // the scale not been lost (a shard opened alone, a damaged file): which one applies decides
   // whether the scales are divided, so the missing part is not a reason to prefer the other.
-  if ((fmt == Format::nvfp4_pack_quantized || fmt == Format::mxfp4_pack_quantized) && !m.get(Role::weight_global_scale))
+  if (global_scaled(fmt) && !m.get(Role::weight_global_scale))
     for (const SchemeGroup* g : gm.groups)
       if (g->weights && g->weights->strategy == QuantStrategy::tensor_group &&
           std::none_of(fits.begin(), fits.end(), [&](const Fit& f) { return f.g == g; }))

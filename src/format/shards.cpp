@@ -110,6 +110,11 @@ std::string shown(const std::string& name) {
 }
 }  // namespace
 
+Error missing_shard(const std::string& index_file, const std::string& name) {
+  return Error(ErrorKind::missing_shard, index_file, "",
+               "shard '" + shown(name) + "' named by the index does not exist");
+}
+
 void fill_from_index(ShardSet& lay, std::string_view text,
                      const std::function<std::filesystem::path(const std::string&)>& resolve) {
   const std::string file = lay.index_path.string();
@@ -140,8 +145,7 @@ void fill_from_index(ShardSet& lay, std::string_view text,
       continue;
     }
     fs::path p = resolve(shard);
-    if (p.empty())
-      throw Error(ErrorKind::missing_shard, file, "", "shard '" + shown(shard) + "' named by the index does not exist");
+    if (p.empty()) throw missing_shard(file, shard);
     by_path.emplace(same, static_cast<uint32_t>(lay.files.size()));
     shard_ids.emplace(shard, static_cast<uint32_t>(lay.files.size()));
     lay.files.push_back(std::move(p));

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ctstream/error.hpp"
 #include "io/file.hpp"
 
 namespace ctstream::format {
@@ -41,6 +42,11 @@ ShardSet discover_shards(const std::filesystem::path& path, uint64_t max_json_by
 /// only part of). A needed shard that does not exist is Error{missing_shard}.
 void add_sibling_shards(ShardSet& lay, const std::filesystem::path& file, const std::string& config_json,
                         uint64_t max_json_bytes);
+
+/// Error{missing_shard}: the shard `name` the index `index_file` names does not exist (the name
+/// shown with its control bytes escaped). Thrown by fill_from_index, and by the reader for a
+/// remote shard, which is found missing when it is opened.
+Error missing_shard(const std::string& index_file, const std::string& name);
 
 /// The shards of an index (`*.safetensors.index.json` text; lay.index_path names it in errors):
 /// every shard name contained (Error{invalid_shard}), `resolve(name)` gives its path, or an empty

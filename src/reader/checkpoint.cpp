@@ -128,8 +128,7 @@ std::vector<format::RawTensor> read_headers(Checkpoint::Impl& ck, const format::
       } catch (const Error& e) {
         // A shard the index names that is not there (remote: found out here, not probed before)
         if (!remote || lay.index_path.empty() || e.kind() != ErrorKind::file_not_found) throw;
-        throw Error(ErrorKind::missing_shard, shown(lay.index_path), "",
-                    "shard '" + lay.files[fi].filename().string() + "' named by the index does not exist");
+        throw format::missing_shard(shown(lay.index_path), lay.files[fi].filename().string());
       }
       const std::string name = f->path();
       std::vector<std::byte> head(std::min<uint64_t>(f->size(), remote ? kRemoteHeadRead : 8));

@@ -25,7 +25,7 @@ DecodePlan make_plan(const TensorInfo& t) {
   if (t.quantized) {
     const TensorPart* scale = p.part(format::Role::weight_scale);
     const TensorPart* zp = p.part(format::Role::weight_zero_point);
-    p.e8m0_scale = scale && (scale->dtype == DType::U8 || scale->dtype == DType::F8_E8M0);
+    p.e8m0_scale = scale && scale->dtype == DType::U8;  // the only E8M0 storage the format table admits
     // Integer codes (pack / naive int8) minus integer zero points: exact subtraction. A float zero
     // point (F16 / BF16 / F32) can make x - zp inexact in S: the rounding path.
     p.int_values = t.quant.type == QuantType::int_ && (!zp || zp->dtype == DType::I8 || zp->dtype == DType::I32);

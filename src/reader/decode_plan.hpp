@@ -27,7 +27,7 @@ struct DecodePlan {
   const TensorPart* main = nullptr;  ///< the values (parts[0]); nullptr for a tensor without parts
 
   // Dequantization (quantized tensors; the arithmetic is codecs::DequantSpec's).
-  bool e8m0_scale = false;          ///< scales are E8M0 exponents (U8 / F8_E8M0 storage)
+  bool e8m0_scale = false;          ///< scales are E8M0 exponents (U8 storage)
   bool int_values = false;          ///< integer codes minus integer zero points: exact subtraction
   bool rows_repeat_scales = false;  ///< block scales: each scale row serves block_rows rows
 

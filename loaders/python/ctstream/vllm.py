@@ -174,8 +174,8 @@ def weights_iterator(
         keep = None
         others = []  # files asked for that the checkpoint opened does not hold
         if wanted is not None:
-            held = {_key(f) for f in ckpt.files}
-            keep = {i for i, f in enumerate(ckpt.files) if _key(f) in wanted}
+            held = {_key(f): i for i, f in enumerate(ckpt.files)}
+            keep = {i for k, i in held.items() if k in wanted}
             others = [f for k, f in wanted.items() if k not in held]
         yield from _checkpoint_weights(ckpt, keep, **yield_from)
         # A file vLLM asks for beside an indexed model that the index does not list (a model's own
